@@ -1,0 +1,1 @@
+"""bdsgd: straggler-aware synchronous distributed SGD experiments."""

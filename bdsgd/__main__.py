@@ -1,0 +1,5 @@
+import sys
+
+from bdsgd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,291 @@
+"""The ``bdsgd`` command: thin. It parses flags and calls the modules that do the work.
+
+Every subcommand writes its outputs atomically, prints the values it derived, and on bad input
+prints one line ``bdsgd: error: FILE: FIELD: MESSAGE`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bdsgd.errors import UserError
+
+POLICY_HELP = ("comma-separated policies: sync, static, elfving, ecdf, bandit, bdsgd, oracle, "
+               "oracle-myopic, bayes (simulated traces), async, explore-<policy>")
+
+
+def _config_name(cfg, name: str | None, source: str | None = None) -> str:
+    """The trace spec to use: the one named, or the only one (of that source) in the config."""
+    if name is not None:
+        cfg.trace(name)
+        return name
+    names = [k for k, spec in cfg.traces.items() if source is None or spec.source == source]
+    if len(names) != 1:
+        raise UserError(cfg.source, "traces", f"config has {len(names)} {source or ''} traces "
+                        f"{names}; pick one with --name")
+    return names[0]
+
+
+# ---------------------------------------------------------------------------------- traces
+def cmd_traces_import(args):
+    from bdsgd.traces.formats import import_trace
+    from bdsgd.traces.io import write_trace
+
+    trace = import_trace(args.input, args.format)
+    write_trace(trace, args.output)
+    print(f"imported {args.input} ({args.format}): {trace.n_iterations} iterations x "
+          f"{trace.n_workers} workers -> {args.output}")
+
+
+def cmd_traces_simulate(args):
+    from bdsgd.config import load_config
+    from bdsgd.traces.io import write_trace
+    from bdsgd.traces.simulate import simulate, truth_path, write_truth
+
+    cfg = load_config(args.config)
+    name = _config_name(cfg, args.name, "simulate")
+    seed = cfg.seed if args.seed is None else args.seed
+    trace, truth = simulate(cfg.trace(name).simulate, seed=seed)
+    trace.meta["config_hash"] = cfg.hash()
+    write_truth(truth, truth_path(args.out))
+    write_trace(trace, args.out)
+    print(f"simulated trace {name!r} (scenario {cfg.trace(name).simulate.scenario}, seed {seed}): "
+          f"{trace.n_iterations} iterations x {trace.n_workers} workers -> {args.out}")
+
+
+def cmd_traces_gather(args):
+    from bdsgd.config import load_config
+    from bdsgd.traces.gather import gather
+
+    cfg = load_config(args.config)
+    name = _config_name(cfg, args.name, "gather")
+    gcfg = cfg.trace(name).gather
+    gather(gcfg, data_dir=args.data_dir or cfg.train.data_dir, seed=cfg.seed, out=args.out,
+           workers=args.workers, iterations=args.iterations)
+
+
+def cmd_traces_describe(args):
+    from bdsgd.traces.describe import describe, format_description
+    from bdsgd.traces.io import read_trace
+
+    stats = describe(read_trace(args.trace))
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+    else:
+        print(format_description(stats))
+
+
+def cmd_traces_split(args):
+    from bdsgd.traces.io import read_trace, write_trace
+
+    trace = read_trace(args.trace)
+    if trace.n_iterations < 2:
+        raise UserError(args.trace, "iteration", "a trace needs at least 2 iterations to split")
+    train, test = trace.split(args.train_fraction)
+    write_trace(train, args.train)
+    write_trace(test, args.test)
+    print(f"split {args.trace}: {train.n_iterations} iterations -> {args.train}, "
+          f"{test.n_iterations} -> {args.test}")
+
+
+# ----------------------------------------------------------------------------------- model
+def cmd_model_train(args):
+    from bdsgd.config import ModelConfig, load_config
+    from bdsgd.runtime_model.train import train_model
+    from bdsgd.traces.io import read_trace
+
+    trace = read_trace(args.trace)
+    if args.config:
+        cfg = load_config(args.config)
+        mcfg, seed = cfg.model, cfg.seed
+    else:
+        from bdsgd.config import from_dict
+
+        cfg = from_dict({"experiment": "adhoc", "traces": {"t": {"source": "simulate"}},
+                         "train": {"trace": "t", "tasks": ["digits"]}})
+        mcfg, seed = cfg.model, 0
+    overrides = {k: v for k, v in (("epochs", args.epochs),) if v is not None}
+    if overrides:
+        mcfg = ModelConfig(**{**mcfg.__dict__, **overrides})
+    seed = seed if args.seed is None else args.seed
+    train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg)
+
+
+def cmd_model_evaluate(args):
+    from bdsgd.io import write_json
+    from bdsgd.runtime_model.evaluate import evaluate
+    from bdsgd.runtime_model.model import load_model
+    from bdsgd.traces.io import read_trace
+
+    result = evaluate(load_model(args.model), read_trace(args.trace), rule=args.rule, seed=args.seed)
+    if args.json:
+        write_json(args.json, result)
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=2))
+
+
+def cmd_model_sample(args):
+    from bdsgd.runtime_model.model import load_model
+    from bdsgd.traces.io import write_trace
+
+    trace = load_model(args.model).sample_trace(args.iterations, seed=args.seed)
+    write_trace(trace, args.out)
+    print(f"sampled {trace.n_iterations} iterations x {trace.n_workers} workers -> {args.out}")
+
+
+# ------------------------------------------------------------------------------ throughput
+def cmd_throughput(args):
+    from bdsgd.config import load_config
+    from bdsgd.throughput import run_benchmark
+
+    cfg = load_config(args.config) if args.config else None
+    run_benchmark(
+        trace_path=args.trace, policies=[p for p in args.policies.split(",") if p],
+        model_path=args.model, rule=args.rule, comm_s=args.comm_s, json_out=args.json,
+        decisions_out=args.decisions, cfg=cfg, seed=args.seed,
+    )
+
+
+# ----------------------------------------------------------------------------------- train
+def cmd_train(args):
+    from bdsgd.config import load_config
+    from bdsgd.training.virtual import train_run
+
+    cfg = load_config(args.config)
+    train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
+              out_dir=args.out, model_path=args.model)
+
+
+# --------------------------------------------------------------------------------- figures
+def cmd_figures(args):
+    from bdsgd.figures import render_all
+
+    render_all(Path(args.results_dir), Path(args.out))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bdsgd", description="Straggler-aware synchronous distributed SGD experiments.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    # traces ...
+    traces = sub.add_parser("traces", help="gather, import, simulate, split and describe traces")
+    tsub = traces.add_subparsers(dest="traces_command", required=True, metavar="ACTION")
+
+    p = tsub.add_parser("import", help="convert a public trace to a bdsgd Parquet trace")
+    p.add_argument("--format", required=True, choices=["csv", "alibaba-pai"],
+                   help="csv: long format 'iteration,worker,runtime_s[,censored]'; alibaba-pai: "
+                        "cluster-trace-gpu-v2020 mini-batch-time job file")
+    p.add_argument("input", metavar="IN", help="file to import")
+    p.add_argument("output", metavar="OUT.parquet", help="trace to write")
+    p.set_defaults(func=cmd_traces_import)
+
+    p = tsub.add_parser("simulate", help="draw a trace from the generative cluster simulator")
+    p.add_argument("--config", required=True, help="experiment config (YAML) holding the trace spec")
+    p.add_argument("--name", help="which trace of the config (default: its only simulated one)")
+    p.add_argument("--seed", type=int, help="seed (default: the config's seed)")
+    p.add_argument("--out", required=True, help="trace to write (a .truth.npz of the simulator's "
+                                                "latent state is written beside it)")
+    p.set_defaults(func=cmd_traces_simulate)
+
+    p = tsub.add_parser("gather", help="time real workers under torch.distributed (torchrun or srun)")
+    p.add_argument("--config", required=True, help="experiment config (YAML) holding the trace spec")
+    p.add_argument("--name", help="which trace of the config (default: its only gathered one)")
+    p.add_argument("--data-dir", help="data sets root (default: the config's train.data_dir)")
+    p.add_argument("--workers", type=int, help="override the number of workers")
+    p.add_argument("--iterations", type=int, help="override the number of iterations")
+    p.add_argument("--out", required=True, help="trace to write")
+    p.set_defaults(func=cmd_traces_gather)
+
+    p = tsub.add_parser("describe", help="summary statistics of a trace")
+    p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_traces_describe)
+
+    p = tsub.add_parser("split", help="cut a trace in time into a training and a test part")
+    p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
+    p.add_argument("--train-fraction", type=float, default=0.5,
+                   help="fraction of iterations in the first (training) part")
+    p.add_argument("--train", required=True, help="first part, written as a trace")
+    p.add_argument("--test", required=True, help="second part, written as a trace")
+    p.set_defaults(func=cmd_traces_split)
+
+    # model ...
+    model = sub.add_parser("model", help="train, evaluate and sample the BDSGD run-time model")
+    msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
+
+    p = msub.add_parser("train", help="fit the run-time model to a trace by maximising the ELBO")
+    p.add_argument("trace", metavar="TRACE", help="training trace (Parquet)")
+    p.add_argument("--out", required=True, help="model checkpoint to write (MODEL.pt)")
+    p.add_argument("--config", help="experiment config; its model: section sets the architecture")
+    p.add_argument("--epochs", type=int, help="override model.epochs")
+    p.add_argument("--seed", type=int, help="seed (default: the config's seed, else 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_model_train)
+
+    p = msub.add_parser("evaluate", help="held-out likelihood, interval coverage and policy throughput")
+    p.add_argument("model", metavar="MODEL", help="model checkpoint")
+    p.add_argument("trace", metavar="TRACE", help="held-out trace (Parquet)")
+    p.add_argument("--json", metavar="OUT", help="write the full evaluation here")
+    p.add_argument("--rule", choices=["rate", "ratio"], default="rate", help="decision rule")
+    p.add_argument("--seed", type=int, default=0, help="seed of the predictive draws")
+    p.set_defaults(func=cmd_model_evaluate)
+
+    p = msub.add_parser("sample", help="generate a synthetic trace from a trained model")
+    p.add_argument("model", metavar="MODEL", help="model checkpoint")
+    p.add_argument("--iterations", type=int, required=True, help="iterations to generate")
+    p.add_argument("--seed", type=int, default=0, help="seed")
+    p.add_argument("--out", required=True, help="trace to write")
+    p.set_defaults(func=cmd_model_sample)
+
+    # throughput
+    p = sub.add_parser("throughput", help="replay a trace under cutoff policies; throughput table")
+    p.add_argument("trace", metavar="TRACE", help="trace to replay (Parquet, no censored values)")
+    p.add_argument("--policies", required=True, help=POLICY_HELP)
+    p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
+    p.add_argument("--rule", choices=["rate", "ratio", "both"], default=None,
+                   help="decision rule of the predictive policies (default: the config's, else rate); "
+                        "'both' reports each policy under each rule")
+    p.add_argument("--comm-s", type=float, default=None,
+                   help="communication time added to every iteration (default: the config's, else 0)")
+    p.add_argument("--config", help="experiment config; its policies: section sets their parameters")
+    p.add_argument("--seed", type=int, default=None, help="seed of randomised policies")
+    p.add_argument("--json", required=True, help="throughput table to write (JSON)")
+    p.add_argument("--decisions", help="per-iteration decisions to write (Parquet)")
+    p.set_defaults(func=cmd_throughput)
+
+    # train
+    p = sub.add_parser("train", help="one convergence run on the virtual cluster")
+    p.add_argument("--config", required=True, help="experiment config (YAML)")
+    p.add_argument("--task", required=True, choices=["digits", "mnist", "cifar10", "imagenet"],
+                   help="data set and network")
+    p.add_argument("--policy", required=True, help="cutoff policy (see 'bdsgd throughput --help')")
+    p.add_argument("--seed", type=int, required=True, help="seed of data order, init and policy")
+    p.add_argument("--trace", required=True, help="trace whose run-times drive the virtual clock")
+    p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
+    p.add_argument("--out", required=True, help="run directory (metrics.parquet, result.json, "
+                                                "checkpoint.pt)")
+    p.set_defaults(func=cmd_train)
+
+    # figures
+    p = sub.add_parser("figures", help="every figure and summary.csv from stored results")
+    p.add_argument("results_dir", metavar="RESULTS_DIR", help="results/<experiment>")
+    p.add_argument("--out", required=True, help="figure folder (figures/<experiment>)")
+    p.set_defaults(func=cmd_figures)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as exc:
+        print(f"bdsgd: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""One typed experiment config: loaded from YAML, validated against the JSON schema, hashed.
+
+The schema (``config.schema.yaml`` beside this file; the Snakefile validates against the same
+file through ``workflow/schemas/config.schema.yaml``) is the single home of every default. Loading
+fills the defaults in, checks every field, and builds frozen dataclasses, so code downstream reads
+``cfg.train.learning_rate`` instead of dictionary look-ups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from bdsgd.errors import UserError
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    scenario: str = "mixed"
+    workers: int = 16
+    iterations: int = 1000
+    workers_per_node: int = 4
+    base_runtime_s: float = 1.0
+    # Scenario-dependent: None means "the scenario's value" (see bdsgd.traces.simulate.SCENARIOS).
+    speed_sigma: float | None = None
+    jitter_sigma: float | None = None
+    contention_start: float | None = None
+    contention_stop: float | None = None
+    contention_slowdown: float | None = None
+    stall_prob: float | None = None
+    stall_alpha: float | None = None
+    stall_scale: float | None = None
+    stragglers: int | None = None
+    straggler_start: float | None = None
+    straggler_slowdown: float | None = None
+    load_shift_at: float | None = None
+    load_shift_factor: float | None = None
+    comm_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GatherConfig:
+    workers: int = 4
+    iterations: int = 50
+    task: str = "digits"
+    batch_size: int = 32
+    backend: str = "auto"
+    background_load: int = 0
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    source: str
+    train_fraction: float = 0.5
+    path: str | None = None
+    format: str | None = None
+    simulate: SimulateConfig = field(default_factory=SimulateConfig)
+    gather: GatherConfig = field(default_factory=GatherConfig)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    emission: str
+    latent_dim: int
+    worker_dim: int
+    hidden_dim: int
+    epochs: int
+    chunk: int
+    batch_size: int
+    learning_rate: float
+    samples: int
+    censoring: str
+
+
+@dataclass(frozen=True)
+class PoliciesConfig:
+    rule: str
+    static_backups: float
+    window: int
+    explore_prob: float
+    bandit_discount: float
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    policies: tuple[str, ...]
+    comm_s: float
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    trace: str
+    tasks: tuple[str, ...]
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    data_dir: str
+    batch_size: int
+    learning_rate: float
+    momentum: float
+    lr_scaling: str
+    max_iterations: int
+    eval_every: int
+    target_accuracy: dict[str, float]
+    charge_decision_time: bool
+    device: str
+    threads: int
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    mode: str
+    project: str
+    entity: str | None
+
+
+@dataclass(frozen=True)
+class ResourcesConfig:
+    train_gpus: int
+    train_mem_mb: int
+    train_runtime_min: int
+
+
+@dataclass(frozen=True)
+class Config:
+    experiment: str
+    seed: int
+    traces: dict[str, TraceSpec]
+    model: ModelConfig
+    policies: PoliciesConfig
+    throughput: ThroughputConfig
+    train: TrainConfig
+    wandb: WandbConfig
+    resources: ResourcesConfig
+    source: str = ""  # the file it came from, for error messages; not part of the hash
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config (defaults filled in), as plain JSON-able data."""
+        data = dataclasses.asdict(self)
+        data.pop("source")
+        return json.loads(json.dumps(data))  # tuples -> lists
+
+    def hash(self) -> str:
+        """A short content hash of the resolved config (key order does not matter)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def trace(self, name: str) -> TraceSpec:
+        if name not in self.traces:
+            raise UserError(self.source, f"traces.{name}", f"no trace named {name!r}; have {sorted(self.traces)}")
+        return self.traces[name]
+
+
+def _schema() -> dict[str, Any]:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _with_defaults(validator_class):
+    """A validator that also fills in ``default:`` values, as Snakemake's validate(set_default=True)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = json.loads(json.dumps(sub["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def validate(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
+    """Fill in defaults and validate; raise a one-line UserError naming the field on failure."""
+    schema = _schema()
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise UserError(source, where, err.message)
+    return data
+
+
+def _sub(cls, data: dict[str, Any] | None):
+    data = dict(data or {})
+    for f in dataclasses.fields(cls):
+        if isinstance(data.get(f.name), list):
+            data[f.name] = tuple(data[f.name])
+    return cls(**data)
+
+
+def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
+    data = validate(json.loads(json.dumps(data)), source)
+    for name, spec in data["traces"].items():
+        if spec["source"] == "import" and not (spec.get("path") and spec.get("format")):
+            raise UserError(source, f"traces.{name}", "source 'import' needs 'path' and 'format'")
+    if data["train"]["trace"] not in data["traces"]:
+        raise UserError(source, "train.trace", f"{data['train']['trace']!r} is not one of traces: {sorted(data['traces'])}")
+    traces = {
+        name: TraceSpec(
+            source=spec["source"],
+            train_fraction=spec["train_fraction"],
+            path=spec.get("path"),
+            format=spec.get("format"),
+            simulate=_sub(SimulateConfig, spec.get("simulate")),
+            gather=_sub(GatherConfig, spec.get("gather")),
+        )
+        for name, spec in data["traces"].items()
+    }
+    return Config(
+        experiment=data["experiment"],
+        seed=data["seed"],
+        traces=traces,
+        model=_sub(ModelConfig, data["model"]),
+        policies=_sub(PoliciesConfig, data["policies"]),
+        throughput=_sub(ThroughputConfig, data["throughput"]),
+        train=_sub(TrainConfig, data["train"]),
+        wandb=_sub(WandbConfig, data["wandb"]),
+        resources=_sub(ResourcesConfig, data["resources"]),
+        source=source,
+    )
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, default-fill and validate a YAML config file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(str(path), "-", "config file not found") from None
+    except yaml.YAMLError as exc:
+        raise UserError(str(path), "-", f"not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(str(path), "-", "config must be a mapping of keys to values")
+    return from_dict(data, str(path))

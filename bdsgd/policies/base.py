@@ -1,0 +1,80 @@
+"""What a cutoff policy is, and what it may see.
+
+Before iteration t a policy picks c_t in 1..n: the parameter server will wait for the first c_t
+gradients and discard the rest. Afterwards it sees only what a parameter server sees: the
+run-times of the c_t workers that made the cutoff, and, for the others, only that they ran
+longer than the cutoff time tau_t = x_t,(c_t) (censored). The replay harness
+(``bdsgd.throughput``) builds the ``Observation``; no policy ever receives a censored value.
+
+A predictive policy is a ``Predictor`` of next iteration's expected order statistics
+E[x_(1)] <= ... <= E[x_(n)] combined with a decision rule (``ratio`` or ``rate``), so that
+predictors and rules combine freely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the parameter server learnt at iteration t."""
+
+    t: int
+    cutoff: int  # c_t, the number of gradients accepted
+    runtimes: np.ndarray  # (n,) run-time of each accepted worker; NaN for the censored ones
+    cutoff_time: float  # tau_t: censored workers ran longer than this
+    comm_s: float = 0.0  # communication time charged to the iteration
+
+    @property
+    def accepted(self) -> np.ndarray:
+        return ~np.isnan(self.runtimes)
+
+    @property
+    def duration(self) -> float:
+        return self.cutoff_time + self.comm_s
+
+
+class Policy(Protocol):
+    """The interface every cutoff policy shares, and nothing else."""
+
+    name: str
+
+    def choose(self) -> int:
+        """The cutoff c in 1..n for the next iteration."""
+
+    def observe(self, obs: Observation) -> None:
+        """Learn from what the server saw at the iteration just finished."""
+
+
+class Predictor(Protocol):
+    """A forecast of the next iteration's order statistics from censored observations."""
+
+    def expected_order_stats(self) -> np.ndarray | None:
+        """E[x_(c)] for c = 1..n (sorted), or None before there is anything to predict from."""
+
+    def observe(self, obs: Observation) -> None:
+        """Update on an iteration's censored observation."""
+
+
+def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 0.0) -> int:
+    """Turn predicted order statistics into a cutoff.
+
+    ``ratio`` (the paper's): c* = argmax_c c / (E[x_(c)] + comm).
+    ``rate`` (renewal-reward): c* = argmax_c c - lambda_hat (E[x_(c)] + comm), with lambda_hat the
+    throughput achieved so far; long-run throughput is a ratio of expectations, which this rule
+    maximises when decisions do not change the cluster's future. Before any iteration has
+    finished (``rate`` is None) it falls back to ``ratio``.
+    """
+    c = np.arange(1, len(expected) + 1)
+    cost = np.asarray(expected, dtype=float) + comm_s
+    if rule == "rate" and rate is not None:
+        score = c - rate * cost
+    elif rule in ("rate", "ratio"):
+        score = c / cost
+    else:
+        raise ValueError(f"unknown decision rule {rule!r}")
+    return int(np.argmax(score)) + 1

@@ -1,0 +1,207 @@
+"""The trace: every worker's mini-batch run-time, iteration by iteration.
+
+On disk a trace is a long Parquet table, one row per (iteration, worker)::
+
+    iteration  int    the iteration's label (need not start at 0 or be contiguous)
+    worker     int    the worker's label
+    runtime_s  float  seconds (or the unit in the metadata); if censored, a lower bound
+    censored   bool   True: the worker was cut off, its run-time only known to exceed runtime_s
+    node       int    optional: the node (machine) the worker runs on
+    compute_s  float  optional: the compute part of runtime_s
+    comm_s     float  optional: the communication part
+
+with the trace's metadata (source, time unit, number of workers, cluster description, the
+gatherer's config) as JSON under the Parquet key ``bdsgd``. In memory it is a dense
+(iterations x workers) array. ``from_frame`` is the one validator: everything else trusts a
+``Trace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bdsgd.errors import UserError
+
+REQUIRED = ("iteration", "worker", "runtime_s")
+OPTIONAL = ("censored", "node", "compute_s", "comm_s")
+INT_COLUMNS = ("iteration", "worker", "node")
+
+
+@dataclass(frozen=True)
+class Trace:
+    runtimes: np.ndarray  # (T, n) float64, > 0 and finite
+    censored: np.ndarray  # (T, n) bool
+    iterations: np.ndarray  # (T,) int64 labels
+    workers: np.ndarray  # (n,) int64 labels
+    meta: dict[str, Any] = field(default_factory=dict)
+    node: np.ndarray | None = None  # (n,) int64
+    compute_s: np.ndarray | None = None  # (T, n)
+    comm_s: np.ndarray | None = None  # (T, n)
+
+    @property
+    def n_iterations(self) -> int:
+        return self.runtimes.shape[0]
+
+    @property
+    def n_workers(self) -> int:
+        return self.runtimes.shape[1]
+
+    @property
+    def complete(self) -> bool:
+        """True when no run-time is censored, so the trace can be replayed exactly."""
+        return not self.censored.any()
+
+    def slice(self, start: int, stop: int | None = None) -> Trace:
+        """Iterations [start, stop) as a new trace (metadata records the cut)."""
+        rows = slice(start, stop)
+
+        def cut(a):
+            return None if a is None else a[rows]
+
+        meta = dict(self.meta, slice=[int(start), None if stop is None else int(stop)])
+        return replace(
+            self, runtimes=self.runtimes[rows], censored=self.censored[rows],
+            iterations=self.iterations[rows], meta=meta,
+            compute_s=cut(self.compute_s), comm_s=cut(self.comm_s),
+        )
+
+    def split(self, train_fraction: float) -> tuple[Trace, Trace]:
+        """The first ``train_fraction`` of iterations (model training) and the rest (replay)."""
+        k = int(round(self.n_iterations * train_fraction))
+        k = min(max(k, 1), self.n_iterations - 1)
+        return self.slice(0, k), self.slice(k)
+
+    def to_frame(self) -> pd.DataFrame:
+        T, n = self.runtimes.shape
+        cols: dict[str, np.ndarray] = {
+            "iteration": np.repeat(self.iterations, n),
+            "worker": np.tile(self.workers, T),
+            "runtime_s": self.runtimes.ravel(),
+            "censored": self.censored.ravel(),
+        }
+        if self.node is not None:
+            cols["node"] = np.tile(self.node, T)
+        for name in ("compute_s", "comm_s"):
+            values = getattr(self, name)
+            if values is not None:
+                cols[name] = values.ravel()
+        return pd.DataFrame(cols)
+
+
+def _fail(source: str, where: str, message: str) -> UserError:
+    return UserError(source, where, message)
+
+
+def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None,
+               strict: bool = True) -> Trace:
+    """Validate a long table and build a Trace; a bad table raises a one-line UserError."""
+    if len(df) == 0:
+        raise _fail(source, "-", "trace is empty (no rows)")
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise _fail(source, missing[0], f"required column missing (have {list(df.columns)})")
+    unknown = [c for c in df.columns if c not in REQUIRED + OPTIONAL]
+    if unknown and strict:
+        raise _fail(source, unknown[0], f"unknown column (allowed: {', '.join(REQUIRED + OPTIONAL)})")
+    df = df[[c for c in REQUIRED + OPTIONAL if c in df.columns]]
+
+    for col in df.columns:
+        values = df[col]
+        if col == "censored":
+            ok = pd.api.types.is_bool_dtype(values) or (
+                pd.api.types.is_integer_dtype(values) and values.isin([0, 1]).all())
+            if not ok:
+                raise _fail(source, col, "must be boolean (true/false or 0/1)")
+            continue
+        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+            bad = pd.to_numeric(values, errors="coerce").isna() & values.notna()
+            row = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
+            raise _fail(source, f"row {row}, {col}", f"not a number: {values.iloc[row]!r}")
+        if col in INT_COLUMNS:
+            v = values.to_numpy(dtype=float)
+            bad = ~np.isfinite(v) | (v != np.round(v))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise _fail(source, f"row {row}, {col}", f"must be a whole number, got {values.iloc[row]!r}")
+
+    x = df["runtime_s"].to_numpy(dtype=float)
+    bad = ~np.isfinite(x) | (x <= 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise _fail(source, f"row {row}, runtime_s", f"run-time must be finite and > 0, got {x[row]!r}")
+    for col in ("compute_s", "comm_s"):
+        if col in df.columns:
+            v = df[col].to_numpy(dtype=float)
+            bad = ~np.isfinite(v) | (v < 0)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise _fail(source, f"row {row}, {col}", f"must be finite and >= 0, got {v[row]!r}")
+
+    it = df["iteration"].to_numpy(dtype=np.int64)
+    wk = df["worker"].to_numpy(dtype=np.int64)
+    dup = pd.DataFrame({"i": it, "w": wk}).duplicated().to_numpy()
+    if dup.any():
+        row = int(np.flatnonzero(dup)[0])
+        raise _fail(source, f"row {row}, iteration/worker",
+                    f"duplicate (iteration {it[row]}, worker {wk[row]})")
+
+    iterations, it_idx = np.unique(it, return_inverse=True)
+    workers, wk_idx = np.unique(wk, return_inverse=True)
+    T, n = len(iterations), len(workers)
+    counts = np.bincount(it_idx, minlength=T)
+    if (counts < n).any():
+        t = int(np.flatnonzero(counts < n)[0])
+        present = set(wk[it_idx == t].tolist())
+        absent = [int(w) for w in workers if w not in present]
+        raise _fail(source, f"iteration {iterations[t]}",
+                    f"missing workers {absent[:5]}{'...' if len(absent) > 5 else ''} "
+                    "(give them a row with censored=true if they were cut off)")
+
+    def dense(values: np.ndarray, dtype) -> np.ndarray:
+        out = np.empty((T, n), dtype=dtype)
+        out[it_idx, wk_idx] = values
+        return out
+
+    node = None
+    if "node" in df.columns:
+        node_rows = df["node"].to_numpy(dtype=np.int64)
+        node_dense = dense(node_rows, np.int64)
+        changes = (node_dense != node_dense[0]).any(axis=0)
+        if changes.any():
+            w = int(workers[np.flatnonzero(changes)[0]])
+            raise _fail(source, "node", f"worker {w} changes node during the trace")
+        node = node_dense[0]
+
+    censored = (df["censored"].to_numpy().astype(bool) if "censored" in df.columns
+                else np.zeros(len(df), dtype=bool))
+    meta = dict(meta or {})
+    meta.setdefault("time_unit", "s")
+    meta["n_workers"] = int(n)
+    return Trace(
+        runtimes=dense(x, np.float64),
+        censored=dense(censored, bool),
+        iterations=iterations.astype(np.int64),
+        workers=workers.astype(np.int64),
+        meta=meta,
+        node=node,
+        compute_s=dense(df["compute_s"].to_numpy(dtype=float), np.float64) if "compute_s" in df.columns else None,
+        comm_s=dense(df["comm_s"].to_numpy(dtype=float), np.float64) if "comm_s" in df.columns else None,
+    )
+
+
+def from_arrays(runtimes: np.ndarray, meta: dict[str, Any] | None = None,
+                censored: np.ndarray | None = None, **optional: np.ndarray | None) -> Trace:
+    """A trace from a dense (T, n) array, validated like any other (for simulators and tests)."""
+    runtimes = np.asarray(runtimes, dtype=np.float64)
+    T, n = runtimes.shape
+    trace = Trace(
+        runtimes=runtimes,
+        censored=np.zeros((T, n), bool) if censored is None else np.asarray(censored, bool),
+        iterations=np.arange(T, dtype=np.int64), workers=np.arange(n, dtype=np.int64),
+        meta=dict(meta or {}), **optional,
+    )
+    return from_frame(trace.to_frame(), (meta or {}).get("source", "<array>"), trace.meta)
