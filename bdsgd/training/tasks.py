@@ -1,0 +1,150 @@
+"""The learning tasks: a data set (read with torchvision's real on-disk readers) and a network.
+
+- ``digits``: scikit-learn's 8x8 handwritten digits (ships inside the package; no download),
+  a two-layer MLP. The smoke task.
+- ``mnist``: torchvision's MNIST reader on ``data_dir/MNIST/raw`` (idx files), a LeNet-style CNN.
+- ``cifar10``: torchvision's CIFAR10 reader on ``data_dir/cifar-10-batches-py`` (pickled
+  batches), a small VGG-style CNN.
+- ``imagenet``: torchvision's ImageFolder on ``data_dir/imagenet/{train,val}/<class>/*``,
+  ResNet-18. "ImageNet-style": any folder-per-class image set works.
+
+Nothing is downloaded: a missing data set is a one-line error that says where it was expected.
+Small data sets are decoded once into tensors so that a virtual cluster of many workers can draw
+mini-batches by indexing; ImageFolder stays lazy (decoded per sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from bdsgd.errors import UserError
+
+TASKS = ("digits", "mnist", "cifar10", "imagenet")
+
+
+@dataclass
+class Task:
+    name: str
+    train: Dataset
+    test: Dataset
+    num_classes: int
+    make_model: Callable[[], nn.Module]
+
+    def batch(self, dataset: Dataset, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and labels of the given samples, stacked into one batch."""
+        if isinstance(dataset, TensorDataset):
+            idx = torch.as_tensor(indices, dtype=torch.long)
+            return dataset.tensors[0][idx], dataset.tensors[1][idx]
+        items = [dataset[int(i)] for i in indices]
+        return torch.stack([x for x, _ in items]), torch.as_tensor([y for _, y in items])
+
+
+def _mlp(inputs: int, hidden: int, classes: int) -> Callable[[], nn.Module]:
+    return lambda: nn.Sequential(nn.Flatten(), nn.Linear(inputs, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, classes))
+
+
+def _lenet() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10),
+    )
+
+
+def _small_vgg() -> nn.Module:
+    def block(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                nn.MaxPool2d(2)]
+
+    return nn.Sequential(*block(3, 32), *block(32, 64), *block(64, 128), nn.Flatten(),
+                         nn.Linear(128 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def _digits() -> Task:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = torch.as_tensor(x / 16.0, dtype=torch.float32)
+    y = torch.as_tensor(y, dtype=torch.long)
+    # A fixed split (not the run's seed): every run is scored on the same 360 test images.
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(1234))
+    test, train = perm[:360], perm[360:]
+    return Task("digits", TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test]), 10,
+                _mlp(64, 64, 10))
+
+
+def _as_tensors(data: np.ndarray | torch.Tensor, targets, mean, std, channels_last: bool) -> TensorDataset:
+    x = torch.as_tensor(np.asarray(data), dtype=torch.float32) / 255.0
+    x = x.permute(0, 3, 1, 2) if channels_last else x.unsqueeze(1)
+    mean = torch.tensor(mean).view(1, -1, 1, 1)
+    std = torch.tensor(std).view(1, -1, 1, 1)
+    return TensorDataset((x - mean) / std, torch.as_tensor(np.asarray(targets), dtype=torch.long))
+
+
+def _missing(path: Path, what: str, exc: Exception) -> UserError:
+    return UserError(str(path), "train.data_dir",
+                     f"{what} not found or unreadable ({str(exc).splitlines()[0]}); this machine "
+                     "downloads nothing: put the data set there first")
+
+
+def _mnist(root: Path) -> Task:
+    from torchvision.datasets import MNIST
+
+    try:
+        train, test = MNIST(root, train=True), MNIST(root, train=False)
+    except (RuntimeError, OSError) as exc:
+        raise _missing(root / "MNIST", "MNIST", exc) from None
+    stats = ((0.1307,), (0.3081,))
+    return Task("mnist", _as_tensors(train.data, train.targets, *stats, channels_last=False),
+                _as_tensors(test.data, test.targets, *stats, channels_last=False), 10, _lenet)
+
+
+def _cifar10(root: Path) -> Task:
+    from torchvision.datasets import CIFAR10
+
+    try:
+        train, test = CIFAR10(root, train=True), CIFAR10(root, train=False)
+    except (RuntimeError, OSError) as exc:
+        raise _missing(root / "cifar-10-batches-py", "CIFAR-10", exc) from None
+    stats = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+    return Task("cifar10", _as_tensors(train.data, train.targets, *stats, channels_last=True),
+                _as_tensors(test.data, test.targets, *stats, channels_last=True), 10, _small_vgg)
+
+
+def _imagenet(root: Path) -> Task:
+    from torchvision import models, transforms
+    from torchvision.datasets import ImageFolder
+
+    normalize = transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    train_tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                                   transforms.ToTensor(), normalize])
+    test_tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224),
+                                  transforms.ToTensor(), normalize])
+    base = root / "imagenet"
+    try:
+        train = ImageFolder(str(base / "train"), transform=train_tf)
+        test = ImageFolder(str(base / "val"), transform=test_tf)
+    except (FileNotFoundError, OSError) as exc:
+        raise _missing(base, "ImageNet-style folders train/ and val/", exc) from None
+    if train.classes != test.classes:
+        raise UserError(str(base / "val"), "train.data_dir", "val/ has other classes than train/")
+    classes = len(train.classes)
+    return Task("imagenet", train, test, classes, lambda: models.resnet18(num_classes=classes))
+
+
+def load_task(name: str, data_dir: str | Path) -> Task:
+    """The named task's data (train and test split) and model constructor."""
+    root = Path(data_dir)
+    loaders = {"digits": lambda: _digits(), "mnist": lambda: _mnist(root),
+               "cifar10": lambda: _cifar10(root), "imagenet": lambda: _imagenet(root)}
+    if name not in loaders:
+        raise UserError("--task", "task", f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+    return loaders[name]()
