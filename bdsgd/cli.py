@@ -20,7 +20,10 @@ POLICY_HELP = ("comma-separated policies: sync, static, elfving, ecdf, bandit, b
 def _config_name(cfg, name: str | None, source: str | None = None) -> str:
     """The trace spec to use: the one named, or the only one (of that source) in the config."""
     if name is not None:
-        cfg.trace(name)
+        spec = cfg.trace(name)
+        if source is not None and spec.source != source:
+            raise UserError(cfg.source, f"traces.{name}.source",
+                            f"is {spec.source!r}; this command needs a {source!r} trace")
         return name
     names = [k for k, spec in cfg.traces.items() if source is None or spec.source == source]
     if len(names) != 1:

@@ -155,7 +155,8 @@ class Config:
 
     def trace(self, name: str) -> TraceSpec:
         if name not in self.traces:
-            raise UserError(self.source, f"traces.{name}", f"no trace named {name!r}; have {sorted(self.traces)}")
+            raise UserError(self.source, f"traces.{name}",
+                            f"no trace named {name!r}; have {sorted(self.traces)}")
         return self.traces[name]
 
 
@@ -203,7 +204,8 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if spec["source"] == "import" and not (spec.get("path") and spec.get("format")):
             raise UserError(source, f"traces.{name}", "source 'import' needs 'path' and 'format'")
     if data["train"]["trace"] not in data["traces"]:
-        raise UserError(source, "train.trace", f"{data['train']['trace']!r} is not one of traces: {sorted(data['traces'])}")
+        raise UserError(source, "train.trace",
+                        f"{data['train']['trace']!r} is not one of traces: {sorted(data['traces'])}")
     traces = {
         name: TraceSpec(
             source=spec["source"],

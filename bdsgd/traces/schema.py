@@ -188,8 +188,8 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         workers=workers.astype(np.int64),
         meta=meta,
         node=node,
-        compute_s=dense(df["compute_s"].to_numpy(dtype=float), np.float64) if "compute_s" in df.columns else None,
-        comm_s=dense(df["comm_s"].to_numpy(dtype=float), np.float64) if "comm_s" in df.columns else None,
+        **{col: dense(df[col].to_numpy(dtype=float), np.float64) if col in df.columns else None
+           for col in ("compute_s", "comm_s")},
     )
 
 

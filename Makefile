@@ -1,0 +1,31 @@
+# The two commands of the README. Each installs what it needs itself: uv (from PyPI, into
+# .tools/ if it is not on PATH), then the locked environment (.venv, `uv sync --locked`).
+SHELL := /bin/bash
+UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+VENV := .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: smoke test lint install clean
+
+.tools/bin/uv:
+	python3 -m venv .tools
+	.tools/bin/python -m pip install --quiet uv
+
+$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
+	$(UV) sync --locked
+	touch $@
+
+install: $(VENV)/.synced
+
+smoke: install  ## the whole evaluation at toy scale: figures/smoke/
+	snakemake --profile profiles/smoke
+
+test: install  ## every test: unit, CLI subprocess, snakemake DAG, lint
+	pytest -q
+
+lint: install
+	ruff check .
+	snakemake --profile profiles/smoke --lint
+
+clean:
+	rm -rf results/smoke logs/smoke .snakemake

@@ -1,0 +1,28 @@
+# bdsgd: the whole evaluation as one DAG.
+#   traces (gather | import | simulate) -> split -> run-time model -> throughput of every policy
+#   -> convergence runs (task x policy x seed) -> figures and summary.csv
+# Run with a profile, which names the config:  snakemake --profile profiles/smoke
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+if not config:
+    raise ValueError("no config: run with --profile profiles/<name> or --configfile configs/<name>.yaml")
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/traces.smk"
+include: "workflow/rules/runtime_model.smk"
+include: "workflow/rules/throughput.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

@@ -1,0 +1,74 @@
+import dataclasses
+
+import pytest
+import yaml
+
+from bdsgd import config as C
+from bdsgd.errors import UserError
+from tests.conftest import REPO, tiny_config
+
+SECTIONS = {
+    "model": C.ModelConfig, "policies": C.PoliciesConfig, "throughput": C.ThroughputConfig,
+    "train": C.TrainConfig, "wandb": C.WandbConfig, "resources": C.ResourcesConfig,
+}
+
+
+def test_schema_and_dataclasses_agree():
+    """Every schema key has a typed field and every field a schema key (no silent drift)."""
+    schema = yaml.safe_load(C.SCHEMA_PATH.read_text())
+    top = {f.name for f in dataclasses.fields(C.Config)} - {"source"}
+    assert top == set(schema["properties"])
+    pairs = [(cls, schema["properties"][name]) for name, cls in SECTIONS.items()]
+    pairs += [(C.TraceSpec, schema["$defs"]["trace"]), (C.SimulateConfig, schema["$defs"]["simulate"]),
+              (C.GatherConfig, schema["$defs"]["gather"])]
+    for cls, section in pairs:
+        assert {f.name for f in dataclasses.fields(cls)} == set(section["properties"]), cls.__name__
+
+
+def test_workflow_schema_is_the_package_schema():
+    assert (REPO / "workflow/schemas/config.schema.yaml").resolve() == C.SCHEMA_PATH.resolve()
+
+
+@pytest.mark.parametrize("name", ["smoke.yaml", "paper.yaml"])
+def test_shipped_configs_load(name):
+    cfg = C.load_config(REPO / "configs" / name)
+    assert cfg.train.trace in cfg.traces
+    assert len(cfg.hash()) == 16
+
+
+def test_defaults_filled_and_hash_stable():
+    a = C.from_dict(tiny_config())
+    b = C.from_dict(yaml.safe_load(yaml.safe_dump(tiny_config())))
+    assert a.policies.rule in ("rate", "ratio")
+    assert a.to_dict() == b.to_dict() and a.hash() == b.hash()
+    changed = C.from_dict(tiny_config(seed=1))
+    assert changed.hash() != a.hash()
+    assert a.to_dict()["train"]["seeds"] == [0]  # JSON-able
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"train": {"trace": "nope", "tasks": ["digits"]}}, "train.trace"),
+    ({"train": {"trace": "sim", "tasks": ["nosuchtask"]}}, "train.tasks.0"),
+    ({"model": {"epochs": 0}}, "model.epochs"),
+    ({"model": {"emission": "poisson"}}, "model.emission"),
+    ({"bogus": 1}, "(top level)"),
+    ({"traces": {"x": {"source": "import"}}, "train": {"trace": "x", "tasks": ["digits"]}}, "traces.x"),
+])
+def test_bad_config_names_field(patch, field):
+    with pytest.raises(UserError) as exc:
+        C.from_dict(tiny_config(**patch), "cfg.yaml")
+    assert exc.value.file == "cfg.yaml"
+    assert exc.value.field == field
+    assert "\n" not in str(exc.value)
+
+
+def test_load_config_file_errors(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        C.load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiment: [unclosed\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        C.load_config(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(UserError, match="mapping"):
+        C.load_config(bad)

@@ -1,0 +1,26 @@
+# Stage 4: convergence runs on the virtual cluster (task x policy x seed), whose clock is driven
+# by the test part of the trace named in train.trace.
+
+
+rule train:
+    input:
+        config=CONFIG_FILE,
+        trace=f"{RESULTS}/traces/{TRAIN['trace']}/test.parquet",
+        model=lambda wc: model_input(TRAIN["trace"], [wc.policy]),
+    output:
+        result=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/result.json",
+        metrics=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/metrics.parquet",
+    log:
+        f"{LOGS}/runs/{{task}}/{{policy}}/seed{{seed}}.log",
+    params:
+        model=lambda wc, input: f"--model {input.model}" if input.model else "",
+        out=lambda wc: run_dir(wc.task, wc.policy, wc.seed),
+    resources:
+        gpu=config["resources"]["train_gpus"],
+        mem_mb=config["resources"]["train_mem_mb"],
+        runtime=config["resources"]["train_runtime_min"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "bdsgd train --config {input.config} --task {wildcards.task} --policy {wildcards.policy} "
+        "--seed {wildcards.seed} --trace {input.trace} {params.model} --out {params.out} > {log} 2>&1"
