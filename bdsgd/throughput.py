@@ -168,7 +168,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     for each predictive policy, the plain name being the config's rule.
     """
     from bdsgd.io import write_json, write_with
-    from bdsgd.policies import RULES, is_known, is_predictive, make_policy
+    from bdsgd.policies import is_known, is_predictive, make_policy
+    from bdsgd.policies.base import RULES
     from bdsgd.provenance import stamp
     from bdsgd.traces.io import read_trace
 
@@ -213,7 +214,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     for name in policies:
         if name == "async":
             table[name] = {**asynchronous(trace.runtimes, comm_s), "mean_cutoff": 1.0,
-                           "decision_ms_p50": 0.0, "decision_ms_p99": 0.0, "rule": None,
+                           "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
+                           "rule": None,
                            "note": "reference: applies every gradient, one at a time, ignoring "
                                    "staleness; its relative_to_oracle may exceed 1"}
             table[name]["relative_to_oracle"] = table[name]["gradients_per_s"] / oracle_rate

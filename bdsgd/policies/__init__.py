@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from bdsgd.config import PoliciesConfig
-from bdsgd.policies.base import RULES, Observation, PredictivePolicy
+from bdsgd.policies.base import Observation, PredictivePolicy
 from bdsgd.policies.explore import Explore
 from bdsgd.policies.oracle import hindsight_optimum, myopic_optimum
 from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, TruthPredictor

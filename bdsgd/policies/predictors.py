@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from scipy.special import log_ndtr
+from scipy.special import erfcx
 
 from bdsgd.policies import order_stats
 from bdsgd.policies.base import Observation
@@ -43,9 +43,10 @@ class Elfving:
 
     EM for right-censored normal data: a worker known only to exceed tau contributes, with
     alpha = (tau - mu)/sigma and the inverse Mills ratio h = phi(alpha)/(1 - Phi(alpha)),
-    E[X | X > tau] = mu + sigma h  and  E[X^2 | X > tau] = mu^2 + sigma^2 + sigma (mu + tau) h.
-    The M step is the ordinary mean and variance of the completed data. Warm-started from the
-    last fit, a few steps per iteration suffice.
+    E[X | X > tau] = mu + sigma h  and  E[X^2 | X > tau] = mu^2 + sigma^2 + sigma (mu + tau) h,
+    where h = sqrt(2/pi) / erfcx(alpha/sqrt 2) stays finite however far out alpha is. The M step
+    is the ordinary mean and variance of the completed data. Warm-started from the last fit, a
+    few steps per iteration suffice.
     """
 
     def __init__(self, n_workers: int, window: int, tol: float = 1e-9, max_steps: int = 200):
@@ -58,8 +59,8 @@ class Elfving:
     def observe(self, obs: Observation) -> None:
         self.window.add(obs)
         seen = np.concatenate([s for s, _, _ in self.window.items])
-        tau = np.array([t for _, t, _ in self.window.items])
-        count = np.array([m for _, _, m in self.window.items], dtype=float)
+        cut = [(t, m) for _, t, m in self.window.items if m > 0]
+        tau, count = np.array(cut, dtype=float).reshape(-1, 2).T
         total = len(seen) + count.sum()
         s1, s2 = seen.sum(), (seen**2).sum()
         mu = seen.mean() if self.mu is None else self.mu
@@ -68,7 +69,7 @@ class Elfving:
         for _ in range(self.max_steps):
             sigma = max(sigma, floor)
             alpha = (tau - mu) / sigma
-            h = np.exp(-0.5 * alpha**2 - 0.5 * np.log(2 * np.pi) - log_ndtr(-alpha))
+            h = np.sqrt(2 / np.pi) / erfcx(alpha / np.sqrt(2))
             e1 = mu + sigma * h
             e2 = mu**2 + sigma**2 + sigma * (mu + tau) * h
             new_mu = (s1 + count @ e1) / total
