@@ -51,7 +51,7 @@ def elfving(n: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=8)
-def _grid(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def grid(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cell edges e_0 = 0 < ... < e_G = 1 in u, and W[g, r-1] = P(U_(r:n) in (e_g, e_(g+1)]).
 
     P(U_(r:n) <= p) = P(Binomial(n, p) >= r): a reverse cumulative sum of binomial
@@ -84,7 +84,7 @@ def from_quantiles(values: np.ndarray, probs: np.ndarray, n: int) -> np.ndarray:
     ``values`` sorted ascending, ``probs`` summing to 1. Q(u) = values[j] for u in
     (F_(j-1), F_j]; its cell means come from the piecewise-linear C(u) = integral_0^u Q.
     """
-    edges, index, band = _grid(n)
+    edges, index, band = grid(n)
     probs = probs / probs.sum()
     cdf = np.concatenate([[0.0], np.cumsum(probs)])
     cdf[-1] = 1.0
@@ -106,7 +106,10 @@ def kaplan_meier(times: np.ndarray, censored: np.ndarray,
     largest censoring time (Efron's convention): a proper distribution with a lower-bound tail.
     Returns (values, probs), values ascending.
     """
-    order = np.lexsort((censored, times))  # by time, events before censorings
+    # By time, events before censorings at ties: a stable sort of events-then-censorings
+    # (timsort, fast on the caller's already sorted runs).
+    first = np.concatenate([np.flatnonzero(~censored), np.flatnonzero(censored)])
+    order = first[np.argsort(times[first], kind="stable")]
     times, censored, counts = times[order], censored[order], counts[order]
     at_risk = np.cumsum(counts[::-1])[::-1]
     factor = np.where(censored, 1.0, (at_risk - counts) / at_risk)

@@ -34,7 +34,7 @@ class _Window:
         self.items: deque[tuple[np.ndarray, float, int]] = deque(maxlen=size)
 
     def add(self, obs: Observation) -> None:
-        seen = obs.runtimes[obs.accepted]
+        seen = np.sort(obs.runtimes[obs.accepted])
         self.items.append((seen, obs.cutoff_time, self.n - len(seen)))
 
 
@@ -93,6 +93,7 @@ class Ecdf:
         self.n = n_workers
         self.window = _Window(n_workers, window)
         self.expected: np.ndarray | None = None
+        order_stats.grid(n_workers)  # built once per n, here rather than in the first decision
 
     def observe(self, obs: Observation) -> None:
         self.window.add(obs)
