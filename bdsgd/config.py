@@ -88,6 +88,8 @@ class PoliciesConfig:
     window: int
     explore_prob: float
     bandit_discount: float
+    bandit_confidence: float
+    bayes_samples: int
 
 
 @dataclass(frozen=True)

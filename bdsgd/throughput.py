@@ -4,17 +4,25 @@ At iteration t the policy picks c_t before seeing anything of it; the iteration 
 x_t,(c_t) + comm (the c_t-th smallest run-time plus the communication time); the policy then
 observes the accepted workers' run-times and, for the rest, only the cutoff time (censored).
 Censored values never leave this module: ``observation`` replaces them by NaN.
+
+Throughput = sum_t c_t / sum_t (x_t,(c_t) + comm), computed by ``bdsgd.policies.oracle.throughput``
+and nowhere else. ``run_benchmark`` (``bdsgd throughput``) replays every policy and writes the
+table, relative to the exact hindsight optimum, and the per-iteration decisions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation, Policy
+from bdsgd.policies.oracle import hindsight_optimum, throughput
 from bdsgd.traces.schema import Trace
 
 
@@ -31,34 +39,244 @@ def observation(t: int, x: np.ndarray, c: int, comm_s: float) -> Observation:
 class Replay:
     cutoffs: np.ndarray  # (T,) c_t
     durations: np.ndarray  # (T,) x_t,(c_t) + comm
-    decision_ns: np.ndarray  # (T,) wall-clock time of each choose() call
+    cutoff_times: np.ndarray  # (T,) x_t,(c_t)
+    decision_ns: np.ndarray  # (T,) wall-clock time of the policy's work per iteration
+    sorted_x: np.ndarray  # (T, n) the replayed run-times, sorted per iteration
+    comm_s: float
 
     @property
     def gradients_per_s(self) -> float:
-        return float(self.cutoffs.sum() / self.durations.sum())
+        return throughput(self.sorted_x, self.cutoffs, self.comm_s)
 
 
 def require_complete(trace: Trace, source: str) -> None:
     if not trace.complete:
         t, w = np.argwhere(trace.censored)[0]
-        raise UserError(source, f"iteration {trace.iterations[t]}, worker {trace.workers[w]}, censored",
-                        "replay needs every run-time; this trace has censored values")
+        raise UserError(source, f"iteration {trace.iterations[t]}, worker {trace.workers[w]}, "
+                        "censored", "replay needs every run-time; this trace has censored values")
 
 
 def replay(trace: Trace, policy: Policy, comm_s: float = 0.0) -> Replay:
-    """Run ``policy`` over the trace, iteration by iteration, with censored feedback."""
+    """Run ``policy`` over the trace, iteration by iteration, with censored feedback.
+
+    The decision time of iteration t is the wall-clock time of ``choose()`` plus that of the
+    ``observe()`` that follows it: all the work the server does for the policy per iteration,
+    whichever of the two a policy does it in.
+    """
     require_complete(trace, trace.meta.get("source", "<trace>"))
     T, n = trace.runtimes.shape
     cutoffs = np.empty(T, dtype=np.int64)
-    durations = np.empty(T)
+    durations, cutoff_times = np.empty(T), np.empty(T)
     decision_ns = np.empty(T, dtype=np.int64)
     for t in range(T):
         start = time.perf_counter_ns()
         c = int(policy.choose())
-        decision_ns[t] = time.perf_counter_ns() - start
+        chose = time.perf_counter_ns()
         if not 1 <= c <= n:
             raise ValueError(f"policy {policy.name} chose c={c} outside 1..{n}")
         obs = observation(t, trace.runtimes[t], c, comm_s)
-        cutoffs[t], durations[t] = c, obs.duration
+        cutoffs[t], durations[t], cutoff_times[t] = c, obs.duration, obs.cutoff_time
+        start_observe = time.perf_counter_ns()
         policy.observe(obs)
-    return Replay(cutoffs, durations, decision_ns)
+        decision_ns[t] = chose - start + time.perf_counter_ns() - start_observe
+    return Replay(cutoffs, durations, cutoff_times, decision_ns, np.sort(trace.runtimes, axis=1),
+                  comm_s)
+
+
+def asynchronous(runtimes: np.ndarray, comm_s: float = 0.0) -> dict[str, float]:
+    """Asynchronous SGD on the trace, a reference: every gradient is applied when it arrives.
+
+    Worker w computes back to back, its k-th gradient taking x_k,w + comm, so it arrives at
+    a_k,w = sum_(j<=k) (x_j,w + comm) and was started at a_(k-1),w. Over the horizon
+    H = min_w a_(T-1),w (every worker still has trace left) it applies #{a <= H} gradients.
+    A gradient's staleness is the number of updates applied between its start and its arrival.
+    """
+    arrival = np.cumsum(runtimes + comm_s, axis=0)  # (T, n)
+    start = np.vstack([np.zeros((1, runtimes.shape[1])), arrival[:-1]])
+    horizon = arrival[-1].min()
+    done = arrival <= horizon
+    updates = np.sort(arrival[done])
+    staleness = (np.searchsorted(updates, arrival[done], side="left")
+                 - np.searchsorted(updates, start[done], side="right"))
+    return {"gradients_per_s": float(done.sum() / horizon),
+            "mean_staleness": float(staleness.mean()), "max_staleness": int(staleness.max())}
+
+
+def default_config():
+    """The schema's defaults (the schema is their one home), for runs without --config."""
+    from bdsgd.config import from_dict
+
+    return from_dict({"experiment": "throughput", "traces": {"t": {"source": "simulate"}},
+                      "train": {"trace": "t", "tasks": ["digits"]}}, "<defaults>")
+
+
+def _row(run: Replay, oracle_rate: float, rule: str | None) -> dict:
+    ms = run.decision_ns / 1e6
+    c = run.cutoffs
+    return {
+        "gradients_per_s": run.gradients_per_s,
+        "relative_to_oracle": run.gradients_per_s / oracle_rate,
+        "mean_cutoff": float(c.mean()), "cutoff_std": float(c.std()),
+        "cutoff_p10": float(np.percentile(c, 10)), "cutoff_p90": float(np.percentile(c, 90)),
+        "mean_iteration_s": float(run.durations.mean()),
+        "decision_ms_p50": float(np.percentile(ms, 50)),
+        "decision_ms_p99": float(np.percentile(ms, 99)),
+        "rule": rule,
+    }
+
+
+def _describe(trace: Trace, path: str, comm_s: float, oracle_rate: float) -> dict:
+    x = trace.runtimes
+    return {
+        "path": str(path), "n_iterations": trace.n_iterations, "n_workers": trace.n_workers,
+        "time_unit": trace.meta.get("time_unit", "s"), "source": trace.meta.get("source"),
+        "runtime_mean": float(x.mean()), "runtime_median": float(np.median(x)),
+        "runtime_cv": float(x.std() / x.mean()),
+        "straggler_ratio_mean": float((x.max(axis=1) / np.median(x, axis=1)).mean()),
+        "comm_s": comm_s, "oracle_gradients_per_s": oracle_rate,
+    }
+
+
+def _load_extras(names: list[str], trace: Trace, trace_path: str, model_path: str | None):
+    """The run-time model (bdsgd) and the simulator's truth (bayes), when a policy needs them."""
+    bases = {name.removeprefix("explore-") for name in names}
+    model = truth = None
+    if "bdsgd" in bases:
+        if model_path is None:
+            raise UserError("--model", "bdsgd", "policy bdsgd needs a run-time model: pass "
+                            "--model MODEL.pt (from 'bdsgd model train')")
+        from bdsgd.runtime_model.model import load_model
+
+        model = load_model(model_path)
+    if "bayes" in bases:
+        from bdsgd.traces.simulate import read_truth, truth_path
+
+        sidecar = truth_path(trace_path)
+        if not sidecar.is_file():
+            raise UserError(trace_path, "bayes", f"policy bayes needs the simulator's truth "
+                            f"{sidecar} beside the trace (only simulated traces have one)")
+        truth = read_truth(sidecar)
+    return model, truth
+
+
+def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
+                  comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
+                  seed: int | None = None) -> dict:
+    """Replay ``trace_path`` under every policy; write the table (JSON) and decisions (Parquet).
+
+    ``rule`` None takes the config's; "both" adds rows ``<policy>/ratio`` and ``<policy>/rate``
+    for each predictive policy, the plain name being the config's rule.
+    """
+    from bdsgd.io import write_json, write_with
+    from bdsgd.policies import is_known, is_predictive, make_policy
+    from bdsgd.policies.base import RULES
+    from bdsgd.provenance import stamp
+    from bdsgd.traces.io import read_trace
+
+    resolved = cfg if cfg is not None else default_config()
+    pcfg = resolved.policies
+    unknown = [p for p in policies if p != "async" and not is_known(p)]
+    if not policies or unknown:
+        raise UserError("--policies", unknown[0] if unknown else "-",
+                        "unknown policy" if unknown else "no policy given")
+    if rule not in (None, "both", *RULES):
+        raise UserError("--rule", rule, f"choose from {RULES} or 'both'")
+    default_rule = pcfg.rule if rule in (None, "both") else rule
+    comm_s = resolved.throughput.comm_s if comm_s is None else comm_s
+    seed = resolved.seed if seed is None else seed
+    trace_path = str(trace_path)
+    trace = read_trace(trace_path)
+    require_complete(trace, trace_path)
+    model, truth = _load_extras(policies, trace, trace_path, model_path)
+    offset = int((trace.meta.get("slice") or [0])[0])
+
+    sorted_x = np.sort(trace.runtimes, axis=1)
+    _, oracle_rate = hindsight_optimum(sorted_x, comm_s)
+    runs: dict[tuple[str, str | None], tuple[Replay, Policy]] = {}
+
+    def run(name: str, r: str | None) -> tuple[Replay, Policy]:
+        if (name, r) not in runs:
+            policy = make_policy(name, trace.n_workers, pcfg, rule=r, seed=seed, comm_s=comm_s,
+                                 runtimes=trace.runtimes, model=model, truth=truth, offset=offset)
+            runs[name, r] = replay(trace, policy, comm_s), policy
+        return runs[name, r]
+
+    def row(name: str, r: str | None) -> dict:
+        result, policy = run(name, r)
+        out = _row(result, oracle_rate, r)
+        if name.startswith("explore-"):
+            inner, _ = run(name.removeprefix("explore-"), r)
+            out["explored_fraction"] = policy.explored / trace.n_iterations
+            out["explore_cost"] = 1 - result.gradients_per_s / inner.gradients_per_s
+        return out
+
+    table: dict[str, dict] = {}
+    for name in policies:
+        if name == "async":
+            table[name] = {**asynchronous(trace.runtimes, comm_s), "mean_cutoff": 1.0,
+                           "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
+                           "rule": None,
+                           "note": "reference: applies every gradient, one at a time, ignoring "
+                                   "staleness; its relative_to_oracle may exceed 1"}
+            table[name]["relative_to_oracle"] = table[name]["gradients_per_s"] / oracle_rate
+        elif not is_predictive(name):
+            table[name] = row(name, None)
+        elif rule == "both":
+            for r in RULES:
+                table[f"{name}/{r}"] = row(name, r)
+            table[name] = dict(table[f"{name}/{default_rule}"])
+        else:
+            table[name] = row(name, default_rule)
+
+    result = {"policies": table, "default_rule": default_rule,
+              "trace": _describe(trace, trace_path, comm_s, oracle_rate),
+              "provenance": stamp(cfg, seed, policies_config=dataclasses.asdict(pcfg))}
+    if json_out:
+        write_json(json_out, result)
+    if decisions_out:
+        decisions = _decisions(table, runs, trace, policies, default_rule, rule)
+        write_with(decisions_out, lambda tmp: pq.write_table(decisions, tmp))
+    print(format_table(result))
+    return result
+
+
+def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], default_rule: str,
+               rule: str | None) -> pa.Table:
+    """Long table (policy, iteration, cutoff, duration_s, cutoff_time_s), one row per decision."""
+    from bdsgd.policies import is_predictive
+
+    parts = []
+    for name in table:
+        if name == "async":
+            continue
+        base, _, r = name.partition("/")
+        r = r or (default_rule if is_predictive(base) else None)
+        result, _ = runs[base, r]
+        parts.append((name, result))
+    T = trace.n_iterations
+    return pa.table({
+        "policy": pa.array([name for name, _ in parts for _ in range(T)], pa.string()),
+        "iteration": pa.array(np.tile(trace.iterations, len(parts)), pa.int64()),
+        "cutoff": pa.array(np.concatenate([r.cutoffs for _, r in parts]), pa.int64()),
+        "duration_s": pa.array(np.concatenate([r.durations for _, r in parts]), pa.float64()),
+        "cutoff_time_s": pa.array(np.concatenate([r.cutoff_times for _, r in parts]),
+                                  pa.float64()),
+    })
+
+
+def format_table(result: dict) -> str:
+    """The throughput table as text, best first."""
+    rows = sorted(result["policies"].items(), key=lambda kv: -kv[1]["gradients_per_s"])
+    t = result["trace"]
+    lines = [f"{t['path']}: {t['n_iterations']} iterations x {t['n_workers']} workers, "
+             f"comm {t['comm_s']:g} s, oracle {t['oracle_gradients_per_s']:.4g} gradients/s",
+             f"{'policy':<24}{'grad/s':>12}{'/oracle':>9}{'mean c':>9}{'std c':>8}"
+             f"{'ms p50':>9}{'ms p99':>9}"]
+    for name, r in rows:
+        lines.append(f"{name:<24}{r['gradients_per_s']:>12.4g}{r['relative_to_oracle']:>9.3f}"
+                     f"{r['mean_cutoff']:>9.2f}{r.get('cutoff_std', 0.0):>8.2f}"
+                     f"{r['decision_ms_p50']:>9.3f}{r['decision_ms_p99']:>9.3f}")
+    if "async" in result["policies"]:
+        a = result["policies"]["async"]
+        lines.append(f"async: mean staleness {a['mean_staleness']:.2f} updates; {a['note']}")
+    return "\n".join(lines)

@@ -78,3 +78,37 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 
     else:
         raise ValueError(f"unknown decision rule {rule!r}")
     return int(np.argmax(score)) + 1
+
+
+RULES = ("rate", "ratio")
+
+
+class PredictivePolicy:
+    """A ``Predictor`` plus a decision rule: c = decide(E[x_(1..n)], rule, lambda_hat).
+
+    lambda_hat = sum c / sum duration over the iterations so far: the throughput achieved, as the
+    server measures it. Before the predictor has anything to go on it waits for every worker
+    (sync), which also shows it every run-time once.
+    """
+
+    def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int):
+        if rule not in RULES:
+            raise ValueError(f"unknown decision rule {rule!r}; choose from {RULES}")
+        self.name, self.predictor, self.rule = name, predictor, rule
+        self.comm_s, self.n = comm_s, n_workers
+        self.gradients, self.seconds = 0, 0.0
+
+    @property
+    def rate(self) -> float | None:
+        return self.gradients / self.seconds if self.seconds > 0 else None
+
+    def choose(self) -> int:
+        expected = self.predictor.expected_order_stats()
+        if expected is None:
+            return self.n
+        return decide(expected, self.rule, self.rate, self.comm_s)
+
+    def observe(self, obs: Observation) -> None:
+        self.gradients += obs.cutoff
+        self.seconds += obs.duration
+        self.predictor.observe(obs)

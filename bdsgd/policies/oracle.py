@@ -1,6 +1,6 @@
 """The hindsight optima: what a policy that knew every run-time in advance would do.
 
-Throughput of a cutoff sequence (c_t) on run-times x is  R(c) = sum_t c_t / sum_t (x_t,(c_t) + comm).
+Throughput of a cutoff sequence (c_t) on run-times x: R(c) = sum_t c_t / sum_t (x_t,(c_t) + comm).
 
 ``hindsight_optimum`` maximises R exactly. A ratio of sums is not maximised term by term, so it
 uses Dinkelbach's method: for a rate lambda pick, per iteration, c_t = argmax_c c - lambda (x_t,(c)
@@ -25,7 +25,7 @@ def throughput(sorted_x: np.ndarray, cutoffs: np.ndarray, comm_s: float = 0.0) -
 
 def hindsight_optimum(sorted_x: np.ndarray, comm_s: float = 0.0,
                       max_steps: int = 100) -> tuple[np.ndarray, float]:
-    """Exact max over all cutoff sequences of sum c / sum x_(c) (Dinkelbach). Returns (c_t, rate)."""
+    """Exact max over cutoff sequences of sum c / sum x_(c) (Dinkelbach). Returns (c_t, rate)."""
     c = np.arange(1, sorted_x.shape[1] + 1)
     cost = sorted_x + comm_s
     cutoffs = np.full(sorted_x.shape[0], sorted_x.shape[1])  # start from sync

@@ -1,0 +1,152 @@
+"""The throughput benchmark: replay, the async reference, outputs, and the CLI."""
+
+import json
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from test_policies import LastIteration, Regimes  # the test doubles
+
+from bdsgd.cli import main
+from bdsgd.config import from_dict
+from bdsgd.errors import UserError
+from bdsgd.policies.oracle import hindsight_optimum
+from bdsgd.throughput import asynchronous, run_benchmark
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.schema import from_arrays
+
+KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50",
+        "decision_ms_p99", "cutoff_std", "rule"}
+
+
+def tiny_trace(path, T=40, n=6, censored=None):
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(0, 0.3, (T, n)) * np.where(rng.random((T, n)) < 0.1, 3, 1)
+    write_trace(from_arrays(x, {"source": "test"}, censored=censored), path)
+    return x
+
+
+def test_async_reference_by_hand():
+    # Worker 0 takes 1 s per gradient, worker 1 takes 2 s: arrivals 1, 2, 3 and 2 (4, 6 are past
+    # the horizon 3). Only worker 1's first gradient saw an update (at 1) while it computed.
+    result = asynchronous(np.array([[1.0, 2.0]] * 3))
+    assert result == {"gradients_per_s": 4 / 3, "mean_staleness": 0.25, "max_staleness": 1}
+    assert asynchronous(np.array([[1.0, 2.0]] * 3), comm_s=1.0)["gradients_per_s"] == 5 / 6
+
+
+def test_benchmark_table_decisions_and_determinism(tmp_path, capsys):
+    x = tiny_trace(tmp_path / "t.parquet")
+    names = ["sync", "static", "elfving", "ecdf", "bandit", "explore-ecdf", "oracle",
+             "oracle-myopic", "async"]
+    outs = []
+    for k in range(2):
+        result = run_benchmark(tmp_path / "t.parquet", names, rule="both", comm_s=0.1,
+                               json_out=tmp_path / f"out{k}.json",
+                               decisions_out=tmp_path / f"d{k}.parquet", seed=3)
+        outs.append((tmp_path / f"d{k}.parquet").read_bytes())
+    assert outs[0] == outs[1]  # decisions are byte-identical for the same inputs
+    table = json.loads((tmp_path / "out0.json").read_text())["policies"]
+    for name in ("elfving", "ecdf", "bandit", "explore-ecdf"):
+        assert table[f"{name}/rate"]["rule"] == "rate" and table[f"{name}/ratio"]["rule"] == "ratio"
+        assert table[name] == table[f"{name}/rate"]  # the schema's default rule
+    for row in table.values():
+        assert row.keys() >= KEYS
+        assert row["relative_to_oracle"] <= 1 + 1e-12 or row is table["async"]
+    assert table["oracle"]["relative_to_oracle"] == 1.0
+    assert table["oracle"]["gradients_per_s"] == hindsight_optimum(np.sort(x, axis=1), 0.1)[1]
+    assert table["sync"]["mean_cutoff"] == 6 and table["sync"]["rule"] is None
+    assert {"explored_fraction", "explore_cost"} <= table["explore-ecdf"].keys()
+    assert table["async"]["mean_staleness"] > 0 and "note" in table["async"]
+    assert result["trace"]["n_workers"] == 6 and result["trace"]["comm_s"] == 0.1
+    assert result["provenance"]["seed"] == 3
+
+    decisions = pq.read_table(tmp_path / "d0.parquet").to_pandas()
+    assert list(decisions.columns) == ["policy", "iteration", "cutoff", "duration_s",
+                                       "cutoff_time_s"]
+    sync = decisions[decisions.policy == "sync"]
+    np.testing.assert_allclose(sync.duration_s, x.max(axis=1) + 0.1)
+    assert set(decisions.policy) == set(table) - {"async"}
+    assert "oracle-myopic" in capsys.readouterr().out
+
+
+def test_config_sets_rule_and_comm(tmp_path):
+    tiny_trace(tmp_path / "t.parquet")
+    cfg = from_dict({"experiment": "x", "traces": {"t": {"source": "simulate"}},
+                     "train": {"trace": "t", "tasks": ["digits"]},
+                     "policies": {"rule": "ratio"}, "throughput": {"comm_s": 0.25}})
+    result = run_benchmark(tmp_path / "t.parquet", ["ecdf"], cfg=cfg)
+    assert result["policies"]["ecdf"]["rule"] == "ratio"
+    assert result["trace"]["comm_s"] == 0.25
+    assert result["provenance"]["config_hash"] == cfg.hash()
+
+
+class FakeModel:
+    config = types.SimpleNamespace(samples=4)
+
+    def predictor(self, samples, seed):
+        assert samples == 4
+        return LastIteration()
+
+
+def test_bdsgd_and_bayes_take_their_inputs(tmp_path, monkeypatch):
+    tiny_trace(tmp_path / "t.parquet", n=4)
+    model_module = types.SimpleNamespace(load_model=lambda path: FakeModel())
+    monkeypatch.setitem(sys.modules, "bdsgd.runtime_model.model", model_module)
+    truth_file = tmp_path / "t.truth.npz"
+    sim_module = types.SimpleNamespace(truth_path=lambda p: truth_file,
+                                       read_truth=lambda p: Regimes(4))
+    monkeypatch.setitem(sys.modules, "bdsgd.traces.simulate", sim_module)
+
+    result = run_benchmark(tmp_path / "t.parquet", ["bdsgd", "explore-bdsgd"], model_path="m.pt")
+    assert result["policies"]["bdsgd"]["rule"] == "rate"
+    with pytest.raises(UserError, match="--model"):
+        run_benchmark(tmp_path / "t.parquet", ["sync", "bdsgd"])
+    with pytest.raises(UserError, match="truth"):
+        run_benchmark(tmp_path / "t.parquet", ["bayes"])
+    truth_file.write_bytes(b"")
+    assert run_benchmark(tmp_path / "t.parquet", ["bayes"])["policies"]["bayes"]["mean_cutoff"]
+
+
+def test_cli_writes_the_table(tmp_path):
+    tiny_trace(tmp_path / "t.parquet")
+    names = "sync,static,elfving,ecdf,bandit,oracle,oracle-myopic"
+    proc = subprocess.run([sys.executable, "-m", "bdsgd", "throughput", str(tmp_path / "t.parquet"),
+                           "--policies", names, "--json", str(tmp_path / "out.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads((tmp_path / "out.json").read_text())["policies"]
+    assert set(table) == set(names.split(","))
+    assert all(row.keys() >= KEYS for row in table.values())
+    assert "bandit" in proc.stdout
+
+    tiny_trace(tmp_path / "c.parquet", censored=np.eye(40, 6, dtype=bool))
+    proc = subprocess.run([sys.executable, "-m", "bdsgd", "throughput", str(tmp_path / "c.parquet"),
+                           "--policies", "sync", "--json", str(tmp_path / "bad.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "censored" in proc.stderr
+    assert not (tmp_path / "bad.json").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--policies", "sync,bdsgd"], "--model"),
+    (["--policies", "sync,greedy"], "greedy"),
+    (["--policies", "explore-oracle"], "explore-oracle"),
+    (["--policies", "bayes"], "bayes"),
+])
+def test_cli_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, words):
+    tiny_trace(tmp_path / "t.parquet")
+    sim_module = types.SimpleNamespace(truth_path=lambda p: tmp_path / "absent.npz",
+                                       read_truth=None)
+    monkeypatch.setitem(sys.modules, "bdsgd.traces.simulate", sim_module)
+    code = main(["throughput", str(tmp_path / "t.parquet"), *args, "--json",
+                 str(tmp_path / "o.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("bdsgd: error: ") and err.count("\n") == 1
+    assert words in err
+    assert main(["throughput", str(tmp_path / "missing.parquet"), "--policies", "sync",
+                 "--json", str(tmp_path / "o.json")]) == 2
+    assert not (tmp_path / "o.json").exists()
