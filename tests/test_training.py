@@ -145,10 +145,10 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch)
         train_run(cfg, "digits", "oracle", 1, trace_path, tmp_path / "resumed")
 
 
-@pytest.mark.parametrize("scaling", ["linear", "none"])
+@pytest.mark.parametrize("scaling, chunk", [("linear", 5), ("none", 128)])
 def test_update_uses_union_of_fastest_workers_and_scaled_learning_rate(tmp_path, trace_path,
-                                                                         scaling):
-    cfg = make_cfg(max_iterations=1, momentum=0.0, lr_scaling=scaling)
+                                                                         scaling, chunk):
+    cfg = make_cfg(max_iterations=1, momentum=0.0, lr_scaling=scaling, chunk_samples=chunk)
     run = train_run(cfg, "digits", "static", 0, trace_path, tmp_path / "run")
     c = N_WORKERS - 2
     lr = 0.1 * (c / N_WORKERS if scaling == "linear" else 1.0)
@@ -167,6 +167,14 @@ def test_update_uses_union_of_fastest_workers_and_scaled_learning_rate(tmp_path,
     trained = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
     for name, value in expected.items():
         torch.testing.assert_close(trained[name], value.detach())
+
+
+def test_diverged_run_still_writes_valid_result(tmp_path, trace_path):
+    run = train_run(make_cfg(max_iterations=5, learning_rate=1e12), "digits", "sync", 0,
+                    trace_path, tmp_path / "run")
+    assert metrics(run)["train_loss"].isna().any()
+    summary = json.loads((run / "result.json").read_text())["summary"]
+    assert summary["final_test_loss"] is None and summary["time_to_target_s"] is None
 
 
 def test_bdsgd_policy_without_model_names_the_flag(tmp_path, trace_path):
@@ -215,6 +223,7 @@ def test_cli_train_writes_run_and_reports_bad_input_in_one_line(tmp_path, trace_
     assert err.count("\n") == 1 and err.startswith("bdsgd: error: ") and "missing.parquet" in err
 
 
+@pytest.mark.slow  # starts wandb's service process
 def test_wandb_offline_logs_the_run(tmp_path, trace_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")

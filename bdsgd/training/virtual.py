@@ -17,7 +17,9 @@ One backward pass per iteration: with equal per-worker batches of B samples,
     (1/c) sum_w grad (1/B) sum_{i in b_w} l_i  =  grad (1/(cB)) sum_{i in union of b_w} l_i,
 
 so one forward/backward over the union of the accepted workers' mini-batches gives exactly the
-averaged gradient (the networks use GroupNorm, so no sample's loss depends on another's).
+averaged gradient (the networks use GroupNorm, so no sample's loss depends on another's). The
+union is processed in chunks of at most train.chunk_samples samples, each contributing
+grad sum_{i in chunk} l_i / (cB): the same sum, with bounded memory.
 
 Each worker draws from its own shard: per epoch one seeded permutation of the training set,
 dealt out round-robin to the n workers (as torch's DistributedSampler), so workers see disjoint
@@ -96,13 +98,20 @@ def time_to_target(metrics: pd.DataFrame, target: float) -> float | None:
 
 
 def sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-             y: torch.Tensor) -> float:
-    """One update on the mean loss over the union batch; returns that loss."""
+             y: torch.Tensor, chunk: int, device: torch.device) -> float:
+    """One update on the mean loss over the union batch (x, y); returns that loss.
+
+    Gradients of chunks of at most ``chunk`` samples accumulate to the gradient of the mean.
+    """
     optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
+    total = torch.zeros((), device=device)
+    for xs, ys in zip(x.split(chunk), y.split(chunk), strict=True):
+        xs, ys = xs.to(device, non_blocking=True), ys.to(device, non_blocking=True)
+        loss = F.cross_entropy(model(xs), ys, reduction="sum") / len(y)
+        loss.backward()
+        total += loss.detach()
     optimizer.step()
-    return loss.item()
+    return total.item()
 
 
 @torch.no_grad()
@@ -119,6 +128,10 @@ def evaluate(model: nn.Module, task: Task, device: torch.device) -> tuple[float,
         correct += (logits.argmax(1) == y).sum().item()
     model.train()
     return correct / n, loss / n
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
 
 
 def _device(name: str) -> torch.device:
@@ -263,8 +276,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = data.batch(data.train, streams.batch(t, np.flatnonzero(obs.accepted)))
-            loss = sgd_step(model, optimizer, x.to(device, non_blocking=True),
-                            y.to(device, non_blocking=True))
+            loss = sgd_step(model, optimizer, x, y, tc.chunk_samples, device)
 
             done = t + 1
             accuracy = test_loss = math.nan
@@ -293,7 +305,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
         "task": task, "policy": policy, "seed": seed, "target_accuracy": target,
         "time_to_target_s": time_to_target(metrics, target),
         "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
-        "final_test_loss": float(metrics["test_loss"].iloc[-1]),
+        "final_test_loss": _finite(metrics["test_loss"].iloc[-1]),  # None once training diverged
         "gradients_per_s": float(cutoffs.sum() / times.sum()),
         "mean_cutoff": float(cutoffs.mean()), "iterations": int(len(metrics)),
         "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
