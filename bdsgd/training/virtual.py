@@ -257,7 +257,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
                      "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else []}
             write_with(ckpt_path, lambda tmp: torch.save(state, tmp))
 
-        run = _wandb_run(cfg, task, policy, seed, out_dir)
+        run = _wandb_run(cfg, task, policy, seed, out_dir) if start < tc.max_iterations else None
         shown = next((a for a in reversed(log["test_accuracy"]) if not math.isnan(a)), math.nan)
         bar = tqdm(range(start, tc.max_iterations), initial=start, total=tc.max_iterations,
                    file=sys.stderr, desc=f"{task}/{policy}/s{seed}")
