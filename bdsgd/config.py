@@ -111,6 +111,8 @@ class TrainConfig:
     lr_scaling: str
     max_iterations: int
     eval_every: int
+    chunk_samples: int
+    checkpoint_every: int
     target_accuracy: dict[str, float]
     charge_decision_time: bool
     device: str

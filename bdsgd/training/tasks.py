@@ -4,9 +4,15 @@
   a two-layer MLP. The smoke task.
 - ``mnist``: torchvision's MNIST reader on ``data_dir/MNIST/raw`` (idx files), a LeNet-style CNN.
 - ``cifar10``: torchvision's CIFAR10 reader on ``data_dir/cifar-10-batches-py`` (pickled
-  batches), a small VGG-style CNN.
+  batches, md5-checked against the official release), a small VGG-style CNN.
 - ``imagenet``: torchvision's ImageFolder on ``data_dir/imagenet/{train,val}/<class>/*``,
   ResNet-18. "ImageNet-style": any folder-per-class image set works.
+
+Every network normalises with GroupNorm, not BatchNorm: a sample's gradient then depends on
+that sample alone, so the average of c workers' mini-batch gradients is exactly the gradient of
+one forward/backward pass over the union of their mini-batches (``bdsgd.training.virtual``
+relies on this). With BatchNorm the union would share batch statistics across workers, which
+no real cluster does.
 
 Nothing is downloaded: a missing data set is a one-line error that says where it was expected.
 Small data sets are decoded once into tensors so that a virtual cluster of many workers can draw
@@ -59,9 +65,13 @@ def _lenet() -> nn.Module:
     )
 
 
+def _group_norm(channels: int) -> nn.Module:
+    return nn.GroupNorm(min(32, channels // 4), channels)
+
+
 def _small_vgg() -> nn.Module:
     def block(cin, cout):
-        return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+        return [nn.Conv2d(cin, cout, 3, padding=1), _group_norm(cout), nn.ReLU(),
                 nn.MaxPool2d(2)]
 
     return nn.Sequential(*block(3, 32), *block(32, 64), *block(64, 128), nn.Flatten(),
@@ -81,7 +91,8 @@ def _digits() -> Task:
                 _mlp(64, 64, 10))
 
 
-def _as_tensors(data: np.ndarray | torch.Tensor, targets, mean, std, channels_last: bool) -> TensorDataset:
+def _as_tensors(data: np.ndarray | torch.Tensor, targets, mean, std,
+                channels_last: bool) -> TensorDataset:
     x = torch.as_tensor(np.asarray(data), dtype=torch.float32) / 255.0
     x = x.permute(0, 3, 1, 2) if channels_last else x.unsqueeze(1)
     mean = torch.tensor(mean).view(1, -1, 1, 1)
@@ -100,7 +111,8 @@ def _mnist(root: Path) -> Task:
 
     try:
         train, test = MNIST(root, train=True), MNIST(root, train=False)
-    except (RuntimeError, OSError) as exc:
+    # A file with the wrong magic number or size fails the idx reader's asserts and checks.
+    except (RuntimeError, OSError, AssertionError, TypeError, ValueError) as exc:
         raise _missing(root / "MNIST", "MNIST", exc) from None
     stats = ((0.1307,), (0.3081,))
     return Task("mnist", _as_tensors(train.data, train.targets, *stats, channels_last=False),
@@ -124,20 +136,22 @@ def _imagenet(root: Path) -> Task:
     from torchvision.datasets import ImageFolder
 
     normalize = transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-    train_tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
-                                   transforms.ToTensor(), normalize])
+    train_tf = transforms.Compose([transforms.RandomResizedCrop(224),
+                                   transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+                                   normalize])
     test_tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224),
                                   transforms.ToTensor(), normalize])
     base = root / "imagenet"
     try:
         train = ImageFolder(str(base / "train"), transform=train_tf)
         test = ImageFolder(str(base / "val"), transform=test_tf)
-    except (FileNotFoundError, OSError) as exc:
+    except OSError as exc:
         raise _missing(base, "ImageNet-style folders train/ and val/", exc) from None
     if train.classes != test.classes:
         raise UserError(str(base / "val"), "train.data_dir", "val/ has other classes than train/")
     classes = len(train.classes)
-    return Task("imagenet", train, test, classes, lambda: models.resnet18(num_classes=classes))
+    return Task("imagenet", train, test, classes,
+                lambda: models.resnet18(num_classes=classes, norm_layer=_group_norm))
 
 
 def load_task(name: str, data_dir: str | Path) -> Task:

@@ -1,0 +1,232 @@
+"""The virtual cluster: clock, cutoffs, union-batch gradients, lr scaling, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bdsgd.training.virtual as virtual
+from bdsgd.cli import main
+from bdsgd.config import from_dict
+from bdsgd.errors import UserError
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.schema import from_arrays
+from bdsgd.training.tasks import _lenet, _mlp, _small_vgg, load_task
+from bdsgd.training.virtual import WorkerStreams, time_to_target, train_run
+
+N_WORKERS, T_ROWS = 6, 12
+
+
+def make_cfg(wandb_mode="disabled", **train):
+    base = {"trace": "t", "tasks": ["digits"], "max_iterations": 30, "eval_every": 5,
+            "batch_size": 8, "learning_rate": 0.1, "checkpoint_every": 10}
+    return from_dict({"experiment": "test", "traces": {"t": {"source": "simulate"}},
+                      "policies": {"static_backups": 2}, "throughput": {"comm_s": 0.05},
+                      "train": {**base, **train}, "wandb": {"mode": wandb_mode}})
+
+
+@pytest.fixture
+def trace_path(tmp_path: Path) -> Path:
+    runtimes = np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
+    return write_trace(from_arrays(runtimes), tmp_path / "trace.parquet")
+
+
+def metrics(run: Path) -> pd.DataFrame:
+    return pd.read_parquet(run / "metrics.parquet")
+
+
+def test_time_to_target_is_first_evaluated_time_at_or_above_target():
+    m = pd.DataFrame({"virtual_time_s": [1.0, 2.0, 3.0, 4.0, 5.0],
+                      "test_accuracy": [np.nan, 0.5, np.nan, 0.91, 0.95]})
+    assert time_to_target(m, 0.9) == 4.0
+    assert time_to_target(m, 0.91) == 4.0
+    assert time_to_target(m, 0.5) == 2.0
+    assert time_to_target(m, 0.99) is None
+
+
+def test_worker_streams_are_disjoint_shards_that_change_each_epoch():
+    streams = WorkerStreams(n_samples=100, n_workers=4, batch_size=5, seed=0)
+    assert streams.per_epoch == 5
+    epoch = np.stack([streams.batch(t, np.arange(4)) for t in range(5)])
+    assert len(np.unique(epoch)) == 100  # every sample once per epoch, no worker overlap
+    first = streams.batch(0, np.array([1, 3]))
+    assert np.array_equal(first, np.concatenate([epoch[0][5:10], epoch[0][15:20]]))
+    assert not np.array_equal(streams.batch(5, np.arange(4)), epoch[0])
+    with pytest.raises(ValueError, match="exceed"):
+        WorkerStreams(n_samples=10, n_workers=4, batch_size=3, seed=0)
+
+
+@pytest.mark.parametrize("make_model, shape", [
+    (_mlp(64, 64, 10), (64,)), (_lenet, (1, 28, 28)), (_small_vgg, (3, 32, 32))])
+def test_union_batch_gradient_equals_mean_of_worker_gradients(make_model, shape):
+    torch.manual_seed(0)
+    model = make_model()
+    c, batch = 3, 4
+    x = torch.randn(c * batch, *shape)
+    y = torch.randint(0, 10, (c * batch,))
+
+    def grads(loss):
+        model.zero_grad()
+        loss.backward()
+        return torch.cat([p.grad.ravel() for p in model.parameters()])
+
+    union = grads(F.cross_entropy(model(x), y))
+    per_worker = torch.stack([
+        grads(F.cross_entropy(model(xw), yw))
+        for xw, yw in zip(x.split(batch), y.split(batch), strict=True)])
+    torch.testing.assert_close(union, per_worker.mean(0), rtol=1e-5, atol=1e-6)
+
+
+def test_clock_and_cutoffs_follow_the_trace_under_sync_and_static(tmp_path, trace_path):
+    cfg = make_cfg()
+    runtimes = np.sort(np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS)), axis=1)
+    rows = np.arange(30) % T_ROWS  # 30 iterations cycle the 12-row trace 2.5 times
+    for policy, c in (("sync", N_WORKERS), ("static", N_WORKERS - 2)):
+        run = train_run(cfg, "digits", policy, 0, trace_path, tmp_path / policy)
+        m = metrics(run)
+        assert (m["cutoff"] == c).all()
+        step = runtimes[rows, c - 1] + 0.05
+        np.testing.assert_allclose(m["iteration_time_s"], step)
+        np.testing.assert_allclose(m["virtual_time_s"], np.cumsum(step))
+        assert m["iteration"].tolist() == list(range(1, 31))
+        assert m["test_accuracy"].notna().tolist() == [(i % 5 == 0) for i in range(1, 31)]
+        summary = json.loads((run / "result.json").read_text())["summary"]
+        assert summary["iterations"] == 30 and summary["trace_cycles"] == 2.5
+        assert summary["mean_cutoff"] == c
+        assert summary["gradients_per_s"] == pytest.approx(30 * c / step.sum())
+        assert summary["final_accuracy"] == m["test_accuracy"].iloc[-1]
+        assert summary["time_to_target_s"] == time_to_target(m, summary["target_accuracy"])
+
+
+def test_same_inputs_give_byte_identical_metrics(tmp_path, trace_path):
+    cfg = make_cfg(max_iterations=12)
+    a = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "a")
+    b = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "b")
+    c = train_run(cfg, "digits", "static", 2, trace_path, tmp_path / "c")
+    assert (a / "metrics.parquet").read_bytes() == (b / "metrics.parquet").read_bytes()
+    assert not metrics(a)["train_loss"].equals(metrics(c)["train_loss"])  # the seed matters
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
+    cfg = make_cfg(checkpoint_every=5)
+    # The oracle replays a precomputed cutoff sequence with a counter: a stateful policy.
+    whole = train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "whole")
+
+    step, calls = virtual.sgd_step, []
+
+    def crash_at_iteration_18(*args):
+        calls.append(1)
+        if len(calls) == 18:
+            raise KeyboardInterrupt
+        return step(*args)
+
+    monkeypatch.setattr(virtual, "sgd_step", crash_at_iteration_18)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "checkpoint.pt").exists()
+    assert not (tmp_path / "resumed" / "metrics.parquet").exists()
+    monkeypatch.undo()
+
+    resumed = train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "resumed")
+    assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
+    wallclock = json.loads((resumed / "result.json").read_text())["wallclock"]
+    assert wallclock["resumed_from_iteration"] == 15
+    assert metrics(whole)["cutoff"].nunique() > 1  # the replayed policy did vary its cutoff
+
+    with pytest.raises(UserError, match="checkpoint of another run"):
+        train_run(cfg, "digits", "oracle", 1, trace_path, tmp_path / "resumed")
+
+
+@pytest.mark.parametrize("scaling, chunk", [("linear", 5), ("none", 128)])
+def test_update_uses_union_of_fastest_workers_and_scaled_learning_rate(tmp_path, trace_path,
+                                                                         scaling, chunk):
+    cfg = make_cfg(max_iterations=1, momentum=0.0, lr_scaling=scaling, chunk_samples=chunk)
+    run = train_run(cfg, "digits", "static", 0, trace_path, tmp_path / "run")
+    c = N_WORKERS - 2
+    lr = 0.1 * (c / N_WORKERS if scaling == "linear" else 1.0)
+    assert metrics(run)["lr"].tolist() == [pytest.approx(lr)]
+
+    # By hand: the c fastest workers of trace row 0, their mini-batches, one SGD step.
+    task = load_task("digits", "unused")
+    torch.manual_seed(0)
+    model = task.make_model()
+    row0 = np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))[0]
+    fastest = np.sort(np.argsort(row0, kind="stable")[:c])
+    streams = WorkerStreams(len(task.train), N_WORKERS, 8, seed=0)
+    x, y = task.batch(task.train, streams.batch(0, fastest))
+    F.cross_entropy(model(x), y).backward()
+    expected = {k: p - lr * p.grad for k, p in model.named_parameters()}
+    trained = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
+    for name, value in expected.items():
+        torch.testing.assert_close(trained[name], value.detach())
+
+
+def test_diverged_run_still_writes_valid_result(tmp_path, trace_path):
+    run = train_run(make_cfg(max_iterations=5, learning_rate=1e12), "digits", "sync", 0,
+                    trace_path, tmp_path / "run")
+    assert metrics(run)["train_loss"].isna().any()
+    summary = json.loads((run / "result.json").read_text())["summary"]
+    assert summary["final_test_loss"] is None and summary["time_to_target_s"] is None
+
+
+def test_bdsgd_policy_without_model_names_the_flag(tmp_path, trace_path):
+    with pytest.raises(UserError) as err:
+        train_run(make_cfg(), "digits", "bdsgd", 0, trace_path, tmp_path / "run")
+    assert err.value.file == "--model"
+
+
+def test_bad_inputs_are_user_errors(tmp_path, trace_path):
+    with pytest.raises(UserError, match="not found"):
+        train_run(make_cfg(), "digits", "sync", 0, tmp_path / "absent.parquet", tmp_path / "r")
+    with pytest.raises(UserError) as err:
+        train_run(make_cfg(batch_size=1000), "digits", "sync", 0, trace_path, tmp_path / "r")
+    assert err.value.field == "train.batch_size"
+    with pytest.raises(UserError) as err:
+        train_run(make_cfg(target_accuracy={"mnist": 0.9}), "digits", "sync", 0, trace_path,
+                  tmp_path / "r")
+    assert err.value.field == "train.target_accuracy.digits"
+    censored = np.zeros((T_ROWS, N_WORKERS), bool)
+    censored[2, 1] = True
+    bad = write_trace(from_arrays(np.ones((T_ROWS, N_WORKERS)), censored=censored),
+                      tmp_path / "censored.parquet")
+    with pytest.raises(UserError, match="censored"):
+        train_run(make_cfg(), "digits", "sync", 0, bad, tmp_path / "r")
+
+
+@pytest.mark.slow
+def test_cli_train_writes_run_and_reports_bad_input_in_one_line(tmp_path, trace_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text("experiment: cli\ntraces: {t: {source: simulate}}\n"
+                      "train: {trace: t, tasks: [digits], max_iterations: 10, eval_every: 5,"
+                      " batch_size: 8, target_accuracy: {digits: 0.5}}\n")
+    base = [sys.executable, "-m", "bdsgd", "train", "--config", str(config), "--task", "digits",
+            "--policy", "static", "--seed", "0", "--out", str(tmp_path / "run")]
+    ok = subprocess.run(base + ["--trace", str(trace_path)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "n=6 workers" in ok.stdout and "T=12" in ok.stdout
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["policy"] == "static" and result["config_hash"]
+    assert len(metrics(tmp_path / "run")) == 10
+
+    # The same command line with a missing trace, in-process (a second cold start costs ~10 s).
+    code = main(base[3:] + ["--trace", str(tmp_path / "missing.parquet")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("bdsgd: error: ") and "missing.parquet" in err
+
+
+@pytest.mark.slow  # starts wandb's service process
+def test_wandb_offline_logs_the_run(tmp_path, trace_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = make_cfg("offline", max_iterations=5)
+    run = train_run(cfg, "digits", "sync", 0, trace_path, tmp_path / "run")
+    assert list((run / "wandb").glob("offline-run-*"))
