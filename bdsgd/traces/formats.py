@@ -70,7 +70,7 @@ def _whole_numbers(df: pd.DataFrame, col: str, path: Path) -> None:
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
         raise UserError(str(path), f"row {df.index[pos]}, {col}",
-                        f"must be a whole number, got {df[col].iloc[pos]!r}")
+                        f"must be a whole number, got {df[col].iloc[pos]}")
 
 
 def _import_alibaba_pai(path: Path) -> Trace:

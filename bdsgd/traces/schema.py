@@ -134,14 +134,14 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 raise _fail(source, f"{_row(df, row)}, {col}",
-                            f"must be a whole number, got {values.iloc[row]!r}")
+                            f"must be a whole number, got {values.iloc[row]}")
 
     x = df["runtime_s"].to_numpy(dtype=float)
     bad = ~np.isfinite(x) | (x <= 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise _fail(source, f"{_row(df, row)}, runtime_s",
-                    f"run-time must be finite and > 0, got {x[row]!r}")
+                    f"run-time must be finite and > 0, got {float(x[row])!r}")
     for col in ("compute_s", "comm_s"):
         if col in df.columns:
             v = df[col].to_numpy(dtype=float)
@@ -149,7 +149,7 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 raise _fail(source, f"{_row(df, row)}, {col}",
-                            f"must be finite and >= 0, got {v[row]!r}")
+                            f"must be finite and >= 0, got {float(v[row])!r}")
 
     it = df["iteration"].to_numpy(dtype=np.int64)
     wk = df["worker"].to_numpy(dtype=np.int64)
