@@ -18,8 +18,8 @@ from bdsgd.traces.simulate import SCENARIOS, read_truth, simulate, truth_path, w
 DATA = Path(__file__).parent / "data"
 QUIET = dict(speed_sigma=0.0, jitter_sigma=0.05, contention_start=0.0, contention_stop=0.0,
              contention_slowdown=1.0, stall_prob=0.0, stall_alpha=2.0, stall_scale=0.1,
-             stragglers=0, straggler_start=0.5, straggler_slowdown=1.0, load_shift_at=0.5,
-             load_shift_factor=1.0, comm_s=0.0)
+             stall_max=30.0, stragglers=0, straggler_start=0.5, straggler_slowdown=1.0,
+             load_shift_at=0.5, load_shift_factor=1.0, comm_s=0.0)
 
 
 def sim(seed=0, **kw):
@@ -84,14 +84,16 @@ def test_contention_fraction_duration_and_slowdown():
 
 
 def test_stall_rate_and_pareto_lengths():
-    """Stall count within 4 binomial sds of p T n; lengths >= x_min with median x_min 2^(1/alpha)
-    (tolerance 5%); each stall adds its length to that worker's compute time."""
+    """Stall count within 4 binomial sds of p T n; lengths in [x_min, cap] with median
+    x_min 2^(1/alpha) (tolerance 5%) and P(cut at cap) = (x_min/cap)^alpha = 2.3% (+-0.7 points);
+    each stall adds its length to that worker's compute time."""
     trace, truth = sim(workers=100, iterations=1000, stall_prob=0.02, stall_alpha=1.5,
-                       stall_scale=0.4, base_runtime_s=2.0)
+                       stall_scale=0.4, stall_max=5.0, base_runtime_s=2.0)
     n_cells, p = 100 * 1000, 0.02
     assert abs(len(truth.stall_s) - p * n_cells) < 4 * np.sqrt(n_cells * p * (1 - p))
     x_min = 0.4 * 2.0
-    assert truth.stall_s.min() >= x_min
+    assert truth.stall_s.min() >= x_min and truth.stall_s.max() == 10.0
+    assert (truth.stall_s == 10.0).mean() == pytest.approx((x_min / 10.0) ** 1.5, abs=0.007)
     assert np.median(truth.stall_s) == pytest.approx(x_min * 2 ** (1 / 1.5), rel=0.05)
     stalled = trace.compute_s[truth.stall_t, truth.stall_worker]
     assert (stalled > truth.stall_s).all()

@@ -18,9 +18,10 @@ with these parts:
   A contended node slows all its workers by kappa (``contention_slowdown``); episodes last
   1 / p_off iterations on average, and a fraction pi of node-iterations is contended.
 - **Heavy-tailed transient stalls**: B_{t,i} ~ Bernoulli(p_s) i.i.d. (``stall_prob``), and a
-  stall adds D_{t,i} ~ Pareto(alpha, x_min = s b) seconds, i.e. D = s b U^{-1/alpha} with
-  U ~ U(0, 1) (``stall_alpha``, ``stall_scale`` = s). E[D] = s b alpha / (alpha - 1) for alpha > 1;
-  alpha <= 2 has infinite variance.
+  stall adds D_{t,i} = min(s b U^{-1/alpha}, M b) seconds, U ~ U(0, 1): a Pareto(alpha,
+  x_min = s b) length (``stall_alpha``, ``stall_scale`` = s) cut at M b (``stall_max`` = M; a
+  real job would time out or restart the worker). Uncut, E[D] = s b alpha / (alpha - 1) for
+  alpha > 1, and alpha <= 2 has infinite variance.
 - **Stragglers that emerge mid-run**: a uniformly chosen set S of ``stragglers`` workers becomes
   slower by rho (``straggler_slowdown``) from iteration t_s = floor(``straggler_start`` T) on:
   G_{t,i} = 1[i in S and t >= t_s]. They stay slow.
@@ -73,6 +74,7 @@ _CALM = {
     "stall_prob": 0.001,
     "stall_alpha": 2.5,
     "stall_scale": 0.2,
+    "stall_max": 30.0,
     "stragglers": 0,
     "straggler_start": 0.5,
     "straggler_slowdown": 1.0,
@@ -97,8 +99,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # Everything at once, at strengths calibrated so that the per-iteration CoV at n = 16
     # follows the 100 real PAI jobs' pooled distribution (ECDF within 0.08 at CoV 0.05, 0.1, 0.3,
     # 0.6, 1, 1.5; KS distance ~0.13): mostly calm iterations, node contention episodes (~20
-    # iterations, 9% of node-time, 1.7x), heavy-tailed stalls (Pareto 1.2, mean 3 b), the cluster
-    # 1.3x slower after 30%, and one worker 7x slower over the last 20%.
+    # iterations, 9% of node-time, 1.7x), heavy-tailed stalls (Pareto 1.2, cut at 30 b), the
+    # cluster 1.3x slower after 30%, and one worker 7x slower over the last 20%.
     "mixed": {
         "speed_sigma": 0.03,
         "jitter_sigma": 0.04,
@@ -108,6 +110,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "stall_prob": 0.01,
         "stall_alpha": 1.2,
         "stall_scale": 0.5,
+        "stall_max": 30.0,
         "stragglers": 1,
         "straggler_start": 0.8,
         "straggler_slowdown": 7.0,
@@ -200,6 +203,7 @@ def _draw_runtimes(rng: np.random.Generator, scale: np.ndarray, contended: np.nd
     stalled = np.flatnonzero(rng.random(shape) < p["stall_prob"])
     x_min = p["stall_scale"] * p["base_runtime_s"]
     stall = x_min * rng.random(len(stalled)) ** (-1.0 / p["stall_alpha"])
+    np.minimum(stall, p["stall_max"] * p["base_runtime_s"], out=stall)
     compute.ravel()[stalled] += stall
     comm = rng.gamma(COMM_SHAPE, p["comm_s"] / COMM_SHAPE, size=shape)
     return compute + comm, compute, comm, stalled, stall
