@@ -76,13 +76,12 @@ def test_single_worker_in_process(tmp_path, clean_env, launcher):
                            "SLURM_JOB_ID": "123", "MASTER_ADDR": "127.0.0.1"}.items():
             clean_env.setenv(var, value)
     clean_env.setenv("MASTER_PORT", str(free_port()))
-    started = []
+    started, original = [], gather_module._start_background_load
 
     def start(n):
-        started.extend(gather_module._start_background_load.__wrapped__(n))
+        started.extend(original(n))
         return started
 
-    start.__wrapped__ = gather_module._start_background_load
     clean_env.setattr(gather_module, "_start_background_load", start)
     threads = torch.get_num_threads()
     try:
