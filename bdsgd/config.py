@@ -39,6 +39,7 @@ class SimulateConfig:
     stall_prob: float | None = None
     stall_alpha: float | None = None
     stall_scale: float | None = None
+    stall_max: float | None = None
     stragglers: int | None = None
     straggler_start: float | None = None
     straggler_slowdown: float | None = None

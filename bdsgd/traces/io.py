@@ -30,7 +30,8 @@ def read_trace(path: str | Path, strict: bool = True) -> Trace:
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise UserError(str(path), "-", f"not a Parquet trace ({str(exc).splitlines()[0]})") from None
+        reason = str(exc).splitlines()[0]
+        raise UserError(str(path), "-", f"not a Parquet trace ({reason})") from None
     raw = (table.schema.metadata or {}).get(META_KEY)
     try:
         meta = json.loads(raw) if raw else {}

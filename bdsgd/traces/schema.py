@@ -96,6 +96,12 @@ def _fail(source: str, where: str, message: str) -> UserError:
     return UserError(source, where, message)
 
 
+def _row(df: pd.DataFrame, position: int) -> str:
+    """The row as the user knows it: the frame's index label (the data row of a file as read,
+    also after a reader dropped some rows), not its position."""
+    return f"row {df.index[position]}"
+
+
 def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None,
                strict: bool = True) -> Trace:
     """Validate a long table and build a Trace; a bad table raises a one-line UserError."""
@@ -106,7 +112,8 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         raise _fail(source, missing[0], f"required column missing (have {list(df.columns)})")
     unknown = [c for c in df.columns if c not in REQUIRED + OPTIONAL]
     if unknown and strict:
-        raise _fail(source, unknown[0], f"unknown column (allowed: {', '.join(REQUIRED + OPTIONAL)})")
+        allowed = ", ".join(REQUIRED + OPTIONAL)
+        raise _fail(source, unknown[0], f"unknown column (allowed: {allowed})")
     df = df[[c for c in REQUIRED + OPTIONAL if c in df.columns]]
 
     for col in df.columns:
@@ -120,33 +127,36 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
             bad = pd.to_numeric(values, errors="coerce").isna() & values.notna()
             row = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
-            raise _fail(source, f"row {row}, {col}", f"not a number: {values.iloc[row]!r}")
+            raise _fail(source, f"{_row(df, row)}, {col}", f"not a number: {values.iloc[row]!r}")
         if col in INT_COLUMNS:
             v = values.to_numpy(dtype=float)
             bad = ~np.isfinite(v) | (v != np.round(v))
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
-                raise _fail(source, f"row {row}, {col}", f"must be a whole number, got {values.iloc[row]!r}")
+                raise _fail(source, f"{_row(df, row)}, {col}",
+                            f"must be a whole number, got {values.iloc[row]}")
 
     x = df["runtime_s"].to_numpy(dtype=float)
     bad = ~np.isfinite(x) | (x <= 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise _fail(source, f"row {row}, runtime_s", f"run-time must be finite and > 0, got {x[row]!r}")
+        raise _fail(source, f"{_row(df, row)}, runtime_s",
+                    f"run-time must be finite and > 0, got {float(x[row])!r}")
     for col in ("compute_s", "comm_s"):
         if col in df.columns:
             v = df[col].to_numpy(dtype=float)
             bad = ~np.isfinite(v) | (v < 0)
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
-                raise _fail(source, f"row {row}, {col}", f"must be finite and >= 0, got {v[row]!r}")
+                raise _fail(source, f"{_row(df, row)}, {col}",
+                            f"must be finite and >= 0, got {float(v[row])!r}")
 
     it = df["iteration"].to_numpy(dtype=np.int64)
     wk = df["worker"].to_numpy(dtype=np.int64)
     dup = pd.DataFrame({"i": it, "w": wk}).duplicated().to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
-        raise _fail(source, f"row {row}, iteration/worker",
+        raise _fail(source, f"{_row(df, row)}, iteration/worker",
                     f"duplicate (iteration {it[row]}, worker {wk[row]})")
 
     iterations, it_idx = np.unique(it, return_inverse=True)
@@ -181,6 +191,8 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
     meta = dict(meta or {})
     meta.setdefault("time_unit", "s")
     meta["n_workers"] = int(n)
+    parts = {col: dense(df[col].to_numpy(dtype=float), np.float64) if col in df.columns else None
+             for col in ("compute_s", "comm_s")}
     return Trace(
         runtimes=dense(x, np.float64),
         censored=dense(censored, bool),
@@ -188,8 +200,7 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         workers=workers.astype(np.int64),
         meta=meta,
         node=node,
-        **{col: dense(df[col].to_numpy(dtype=float), np.float64) if col in df.columns else None
-           for col in ("compute_s", "comm_s")},
+        **parts,
     )
 
 
