@@ -4,6 +4,8 @@ SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Let Python cache compiled modules: every test starts fresh interpreters that import torch.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: smoke test lint install clean
 

@@ -83,13 +83,19 @@ def cmd_traces_describe(args):
 
 def cmd_traces_split(args):
     from bdsgd.traces.io import read_trace, write_trace
+    from bdsgd.traces.simulate import read_truth, truth_path, write_truth
 
     trace = read_trace(args.trace)
     if trace.n_iterations < 2:
         raise UserError(args.trace, "iteration", "a trace needs at least 2 iterations to split")
     train, test = trace.split(args.train_fraction)
-    write_trace(train, args.train)
-    write_trace(test, args.test)
+    # A simulated trace's latent state goes with both parts (the bayes reference reads it; the
+    # parts' metadata record their offset into it).
+    truth = truth_path(args.trace)
+    for part, out in ((train, args.train), (test, args.test)):
+        if truth.exists():
+            write_truth(read_truth(truth), truth_path(out))
+        write_trace(part, out)
     print(f"split {args.trace}: {train.n_iterations} iterations -> {args.train}, "
           f"{test.n_iterations} -> {args.test}")
 

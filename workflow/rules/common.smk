@@ -18,6 +18,11 @@ def traces_from(source):
     return "|".join(names) if names else "(?!)"
 
 
+def truth_input(trace):
+    simulated = config["traces"][trace]["source"] == "simulate"
+    return [f"{RESULTS}/traces/{trace}/trace.truth.npz"] if simulated else []
+
+
 def throughput_policies():
     return ",".join(config["throughput"]["policies"])
 

@@ -67,7 +67,9 @@ rule gather_trace:
 
 rule split_trace:
     input:
-        f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        trace=f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        # A simulated trace's latent state; split writes a copy beside each part (bayes reads it).
+        truth=lambda wc: truth_input(wc.trace),
     output:
         train=f"{RESULTS}/traces/{{trace}}/train.parquet",
         test=f"{RESULTS}/traces/{{trace}}/test.parquet",
@@ -78,7 +80,7 @@ rule split_trace:
     conda:
         "../../environment.yml"
     shell:
-        "bdsgd traces split {input} --train-fraction {params.fraction} "
+        "bdsgd traces split {input.trace} --train-fraction {params.fraction} "
         "--train {output.train} --test {output.test} > {log} 2>&1"
 
 
