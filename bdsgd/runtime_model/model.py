@@ -331,7 +331,8 @@ class Predictor:
 
     def expected_order_stats(self) -> np.ndarray:
         """E[x_(c)], c = 1..n, in seconds: the mean of the sorted joint draws."""
-        return self.draws().sort(dim=-1).values.mean(0).double().numpy()
+        # numpy's vectorised sort is several times faster than torch.sort on one core
+        return np.sort(self.draws().numpy(), axis=-1).mean(0, dtype=np.float64)
 
 
 def load_model(path: str | Path) -> RuntimeModel:
