@@ -124,7 +124,7 @@ class Transition(nn.Module):
 class Emitter(nn.Module):
     """p(x~_{t,w} | z_t): loc = f(g_t, e_w) + u_{t,w}, scale = s(g_t, e_w), family ``emission``.
 
-    h = tanh(W_1 g + c_1);  f(g, e) = (W_f h + c_f)^T [e, 1];
+    h = tanh(W_1 g + c_1);  f(g, e) = (W_f [h, g] + c_f)^T [e, 1];
     s(g, e) = softplus((W_s h + c_s)^T [e, 1]).
     """
 
@@ -134,7 +134,7 @@ class Emitter(nn.Module):
             raise ValueError(f"unknown emission {emission!r}")
         self.emission = emission
         self.hidden = nn.Sequential(nn.Linear(latent_dim, hidden_dim), nn.Tanh())
-        self.to_loc = nn.Linear(hidden_dim, worker_dim + 1)
+        self.to_loc = nn.Linear(hidden_dim + latent_dim, worker_dim + 1)
         self.to_scale = nn.Linear(hidden_dim, worker_dim + 1)
         with torch.no_grad():  # start near x~ = 1 with a 10 % spread
             self.to_loc.bias[-1] = 0.0 if emission == "lognormal" else 1.0
@@ -144,7 +144,9 @@ class Emitter(nn.Module):
         """(f, s), each (..., n), at cluster state g (..., d): the emitter without u."""
         e = F.pad(embedding, (0, 1), value=1.0)  # [e_w, 1]
         h = self.hidden(g)
-        return self.to_loc(h) @ e.T, F.softplus(self.to_scale(h) @ e.T) + 1e-3
+        # g also enters linearly, so a load the training trace never had is still expressible
+        loc = self.to_loc(torch.cat([h, g], -1)) @ e.T
+        return loc, F.softplus(self.to_scale(h) @ e.T) + 1e-3
 
     def space(self, x: torch.Tensor) -> torch.Tensor:
         """The space the family is Gaussian in: log x~ (lognormal) or x~ (gaussian)."""
@@ -191,9 +193,11 @@ class InferenceNetwork(nn.Module):
         return self.rnn(features.mean(-2), h)
 
     def combine_g(self, prior_mu_g, h):
-        """Combiner: q(g_t | g-prior mean, h_t), mean and variance."""
+        """Combiner: q(g_t | g-prior mean, h_t), mean and variance. The mean is the prior mean
+        plus a correction, so the filter can walk away from the states seen in training."""
         hc = 0.5 * (torch.tanh(self.prior_to_hidden(prior_mu_g)) + h)
-        return self.hidden_to_loc(hc), F.softplus(self.hidden_to_scale(hc)) ** 2 + 1e-6
+        mu = prior_mu_g + self.hidden_to_loc(hc)
+        return mu, F.softplus(self.hidden_to_scale(hc)) ** 2 + 1e-6
 
     def combine_u(self, prior_mu_u, prior_var_u, residual, censored, log_scale):
         """q(u_{t,w}): prior mean plus a learnt correction (an amortised Kalman update)."""
@@ -250,12 +254,19 @@ class RuntimeModel(nn.Module):
                                                scale.log())
         return FilterState(h, mu_g, var_g, mu_u, var_u)
 
-    def elbo(self, x: torch.Tensor, censored: torch.Tensor, generator=None) -> torch.Tensor:
-        """The ELBO per sequence of x (B, T, n), normalised (see the module docstring)."""
+    def elbo(self, x: torch.Tensor, censored: torch.Tensor, generator=None,
+             seen: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """The ELBO per sequence of x (B, T, n), normalised (see the module docstring).
+
+        ``seen`` = (x', censored') is what the inference network filters on (default: x itself).
+        Any q gives a lower bound, so q may see a more censored view of x than the likelihood
+        scores: that teaches the filter the censored observations it gets in deployment.
+        """
+        seen_x, seen_censored = seen if seen is not None else (x, censored)
         s = self.initial_state(x.shape[0])
         total = torch.zeros(x.shape[0])
         for t in range(x.shape[1]):
-            new = self.step(s, x[:, t], censored[:, t])
+            new = self.step(s, seen_x[:, t], seen_censored[:, t])
             g = new.mu_g + new.var_g.sqrt() * torch.randn(new.mu_g.shape, generator=generator)
             u = new.mu_u + new.var_u.sqrt() * torch.randn(new.mu_u.shape, generator=generator)
             loc, scale = self.emitter(g, self.embedding)

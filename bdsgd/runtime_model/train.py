@@ -1,10 +1,13 @@
 """Fit the run-time model to a trace by maximising the ELBO (Adam, truncated sequences).
 
-An epoch cuts the trace into windows of ``chunk`` iterations that overlap by half, at a random
-phase, and takes Adam steps on batches of ``batch_size`` of them (the filter restarts from z_0 at
-each window's start). Everything random draws from one seeded generator, so a seed fixes the
-result; a checkpoint ``<out>.ckpt`` written every ``checkpoint_every`` epochs holds that
-generator's state too, so a resumed run ends exactly where an uninterrupted one does.
+The inference network filters on a censored view of each window (a random cutoff per
+iteration, as a server would see), while the likelihood scores everything the trace holds: so it
+learns to filter from the observations it gets in deployment. An epoch cuts the trace into
+windows of ``chunk`` iterations that overlap by half, at a random phase, and takes Adam steps on
+batches of ``batch_size`` of them (the filter restarts from z_0 at each window's start).
+Everything random draws from one seeded generator, so a seed fixes the result; a checkpoint
+``<out>.ckpt`` written every ``checkpoint_every`` epochs holds that generator's state too, so a
+resumed run ends exactly where an uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -47,6 +50,17 @@ def windows(T: int, length: int, generator: torch.Generator) -> torch.Tensor:
     return starts[torch.randperm(len(starts), generator=generator)]
 
 
+def deployment_view(x: torch.Tensor, censored: torch.Tensor,
+                    generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a server would see with a random cutoff c_t ~ U{ceil(n/2), ..., n} per iteration:
+    run-times beyond the c_t-th smallest become censored at it (x (..., n), censored as tau)."""
+    n = x.shape[-1]
+    c = torch.randint((n + 1) // 2, n + 1, (*x.shape[:-1], 1), generator=generator)
+    tau = torch.gather(x.sort(dim=-1).values, -1, c - 1)
+    cut = x.argsort(dim=-1).argsort(dim=-1) >= c
+    return torch.where(cut, tau, x), censored | cut
+
+
 def run_epoch(model, optimizer, x, censored, cfg: ModelConfig, generator) -> float:
     """One pass; returns the mean negative ELBO per observation."""
     length = min(cfg.chunk, x.shape[0])
@@ -56,9 +70,11 @@ def run_epoch(model, optimizer, x, censored, cfg: ModelConfig, generator) -> flo
     for batch in starts.split(cfg.batch_size):
         rows = batch[:, None] + offsets  # (B, L)
         xb, cb = x[rows], censored[rows]
+        seen = deployment_view(xb, cb, generator)
         if cfg.censoring == "impute":
             xb, cb = impute(xb, cb, generator), torch.zeros_like(cb)
-        loss = -model.elbo(xb, cb, generator).sum() / xb.numel()
+            seen = impute(*seen, generator), torch.zeros_like(cb)
+        loss = -model.elbo(xb, cb, generator, seen).sum() / xb.numel()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
