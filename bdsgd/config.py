@@ -80,6 +80,7 @@ class ModelConfig:
     learning_rate: float
     samples: int
     censoring: str
+    checkpoint_every: int
 
 
 @dataclass(frozen=True)

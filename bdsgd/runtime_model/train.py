@@ -1,0 +1,136 @@
+"""Fit the run-time model to a trace by maximising the ELBO (Adam, truncated sequences).
+
+The inference network filters on a censored view of each window (a random cutoff per
+iteration, as a server would see), while the likelihood scores everything the trace holds: so it
+learns to filter from the observations it gets in deployment. An epoch cuts the trace into
+windows of ``chunk`` iterations that overlap by half, at a random phase, and takes Adam steps on
+batches of ``batch_size`` of them (the filter restarts from z_0 at each window's start).
+Everything random draws from one seeded generator, so a seed fixes the result; a checkpoint
+``<out>.ckpt`` written every ``checkpoint_every`` epochs holds that generator's state too, so a
+resumed run ends exactly where an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from bdsgd.config import Config, ModelConfig
+from bdsgd.errors import UserError
+from bdsgd.io import write_with
+from bdsgd.provenance import stamp
+from bdsgd.runtime_model.model import RuntimeModel, impute
+from bdsgd.traces.schema import Trace
+
+
+def normalised(trace: Trace, censoring: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(x~, censored, m): run-times over their median m (uncensored ones; all if none are)."""
+    source = trace.meta.get("source", "<trace>")
+    if trace.n_iterations < 2:
+        raise UserError(source, "iteration", "training needs at least 2 iterations")
+    uncensored = trace.runtimes[~trace.censored]
+    if censoring == "impute" and trace.censored.all(axis=1).any():
+        t = int(np.flatnonzero(trace.censored.all(axis=1))[0])
+        raise UserError(source, f"iteration {trace.iterations[t]}",
+                        "censoring 'impute' needs an uncensored run-time in every iteration")
+    m = float(np.median(uncensored if uncensored.size else trace.runtimes))
+    x = torch.as_tensor(trace.runtimes / m, dtype=torch.float32)
+    return x, torch.as_tensor(trace.censored), m
+
+
+def windows(T: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """Start indices of half-overlapping windows at a random phase, in random order."""
+    stride = max(1, length // 2)
+    phase = int(torch.randint(stride, (1,), generator=generator))
+    starts = torch.arange(min(phase, T - length), T - length + 1, stride)
+    return starts[torch.randperm(len(starts), generator=generator)]
+
+
+def deployment_view(x: torch.Tensor, censored: torch.Tensor,
+                    generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a server would see with a random cutoff c_t ~ U{ceil(n/2), ..., n} per iteration:
+    run-times beyond the c_t-th smallest become censored at it (x (..., n), censored as tau)."""
+    n = x.shape[-1]
+    c = torch.randint((n + 1) // 2, n + 1, (*x.shape[:-1], 1), generator=generator)
+    tau = torch.gather(x.sort(dim=-1).values, -1, c - 1)
+    cut = x.argsort(dim=-1).argsort(dim=-1) >= c
+    return torch.where(cut, tau, x), censored | cut
+
+
+def run_epoch(model, optimizer, x, censored, cfg: ModelConfig, generator) -> float:
+    """One pass; returns the mean negative ELBO per observation."""
+    length = min(cfg.chunk, x.shape[0])
+    offsets = torch.arange(length)
+    starts = windows(x.shape[0], length, generator)
+    losses = []
+    for batch in starts.split(cfg.batch_size):
+        rows = batch[:, None] + offsets  # (B, L)
+        xb, cb = x[rows], censored[rows]
+        seen = deployment_view(xb, cb, generator)
+        if cfg.censoring == "impute":
+            xb, cb = impute(xb, cb, generator), torch.zeros_like(cb)
+            seen = impute(*seen, generator), torch.zeros_like(cb)
+        loss = -model.elbo(xb, cb, generator, seen).sum() / xb.numel()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        losses.append(float(loss.detach()) * xb.numel())
+    return sum(losses) / (len(starts) * length * x.shape[1])
+
+
+def _fingerprint(trace: Trace, cfg: ModelConfig, seed: int) -> dict:
+    """What a checkpoint must match to be resumed."""
+    return {"config": dataclasses.asdict(cfg), "seed": seed, "shape": list(trace.runtimes.shape),
+            "sum": float(trace.runtimes.sum())}
+
+
+def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool = True,
+                config: Config | None = None) -> Path:
+    """Train on ``trace``; write the model to ``out`` (atomically) and return its path."""
+    out = Path(out)
+    ckpt_path = Path(f"{out}.ckpt")
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    x, censored, m = normalised(trace, cfg.censoring)
+    model = RuntimeModel(cfg, trace.n_workers, m, trace.meta.get("time_unit", "s"))
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    fingerprint = _fingerprint(trace, cfg, seed)
+    start, losses = 0, []
+    if ckpt_path.exists():
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        if state.get("fingerprint") != fingerprint:
+            raise UserError(str(ckpt_path), "fingerprint", "checkpoint of a different trace, "
+                            "config or seed; delete it to start afresh")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        start, losses = state["epoch"], list(state["losses"])
+        print(f"resuming from {ckpt_path} at epoch {start}")
+
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"training run-time model: n={trace.n_workers} workers, T={trace.n_iterations} "
+          f"iterations, {int(trace.censored.sum())} censored, median {m:.4g} "
+          f"{model.time_unit}, {n_params} parameters, emission {cfg.emission}, "
+          f"censoring {cfg.censoring}, seed {seed}")
+    bar = tqdm(range(start, cfg.epochs), disable=not progress, desc="ELBO", unit="epoch",
+               initial=start, total=cfg.epochs)
+    for epoch in bar:
+        losses.append(run_epoch(model, optimizer, x, censored, cfg, generator))
+        bar.set_postfix(elbo=f"{-losses[-1]:.4f}")
+        if (epoch + 1) % cfg.checkpoint_every == 0 and epoch + 1 < cfg.epochs:
+            state = {"fingerprint": fingerprint, "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
+                     "epoch": epoch + 1, "losses": losses}
+            write_with(ckpt_path, lambda tmp, state=state: torch.save(state, tmp))
+
+    payload = model.checkpoint(losses=losses, provenance=stamp(config, seed, trace_meta={
+        k: v for k, v in trace.meta.items() if isinstance(v, (str, int, float))}))
+    write_with(out, lambda tmp: torch.save(payload, tmp))
+    ckpt_path.unlink(missing_ok=True)
+    print(f"final ELBO per observation {-losses[-1]:.4f} (first epoch {-losses[0]:.4f}) -> {out}")
+    return out

@@ -1,0 +1,94 @@
+"""Speed of the run-time model on one core: decision latency and training time per epoch.
+
+A decision is everything the parameter server does per iteration with the bdsgd policy: one
+filtering step on the censored observation (``observe``), S joint predictive draws sorted into
+E[x_(c)] (``expected_order_stats``), and the decision rule. Targets (issue 13): p50 <= 1 ms at
+158 workers and <= 10 ms at 2,048. For scale, the same core's time for one mini-batch gradient
+of the CIFAR-10 network (batch 32) is measured side by side.
+
+    .venv/bin/python benchmarks/bench_model.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import numpy as np
+import torch
+
+from bdsgd.config import from_dict
+from bdsgd.policies.base import decide
+from bdsgd.runtime_model.model import RuntimeModel
+from bdsgd.runtime_model.train import run_epoch
+from bdsgd.throughput import observation
+from bdsgd.training.tasks import _small_vgg
+
+CFG = from_dict({"experiment": "bench", "traces": {"t": {"source": "simulate"}},
+                 "train": {"trace": "t", "tasks": ["digits"]}}).model
+
+
+def decision_latency(n: int, iterations: int) -> np.ndarray:
+    """Seconds per decision (observe + predict + decide) over a replay of random run-times."""
+    torch.manual_seed(0)
+    predictor = RuntimeModel(CFG, n).predictor(seed=0)
+    x = np.exp(np.random.default_rng(0).normal(0, 0.3, (iterations + 10, n)))
+    c, times = n, []
+    for t, row in enumerate(x):
+        obs = observation(t, row, c, 0.0)  # the harness's work, not the policy's
+        start = time.perf_counter()
+        predictor.observe(obs)
+        c = decide(predictor.expected_order_stats(), "rate", 0.8 * n)
+        times.append(time.perf_counter() - start)
+    return np.array(times[10:])  # the first few warm the allocator up
+
+
+def gradient_time(repeats: int) -> float:
+    net = _small_vgg()
+    x, y = torch.randn(32, 3, 32, 32), torch.randint(10, (32,))
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[1:]))
+
+
+def epoch_time(n: int, T: int) -> float:
+    torch.manual_seed(0)
+    model = RuntimeModel(CFG, n)
+    x = np.exp(np.random.default_rng(0).normal(0, 0.3, (T, n)))
+    x = torch.as_tensor(x, dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=CFG.learning_rate)
+    start = time.perf_counter()
+    run_epoch(model, opt, x, torch.zeros_like(x, dtype=torch.bool), CFG, torch.Generator())
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    iterations = 50 if args.quick else 300
+    grad = gradient_time(3 if args.quick else 10)
+    print(f"one core; S = {CFG.samples} draws; CIFAR-10 net gradient (batch 32): "
+          f"{grad * 1e3:.1f} ms")
+    print(f"{'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'target ms':>10} {'p50/target':>10} "
+          f"{'p50/gradient':>12}")
+    for n, target in ((16, None), (158, 1.0), (2048, 10.0)):
+        t = decision_latency(n, iterations) * 1e3
+        p50, p99 = np.percentile(t, [50, 99])
+        ratio = f"{p50 / target:10.2f}" if target else f"{'-':>10}"
+        print(f"{n:6d} {p50:8.3f} {p99:8.3f} {target or '-':>10} {ratio} {p50 / 1e3 / grad:12.4f}")
+    T = 128 if args.quick else 512
+    cfg = dataclasses.asdict(CFG)
+    print(f"training, one epoch of T = {T} iterations (chunk {cfg['chunk']}, "
+          f"batch {cfg['batch_size']}):")
+    for n in (16, 158, 2048):
+        print(f"  n = {n:5d}: {epoch_time(n, T):7.2f} s/epoch")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The run-time model: shapes, training, checkpoints, online filtering, censoring, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from bdsgd.config import ModelConfig, from_dict
+from bdsgd.errors import UserError
+from bdsgd.policies.base import Observation
+from bdsgd.runtime_model import train as train_module
+from bdsgd.runtime_model.evaluate import evaluate
+from bdsgd.runtime_model.model import RuntimeModel, impute, load_model
+from bdsgd.runtime_model.train import train_model
+from bdsgd.throughput import observation
+from bdsgd.traces.io import read_trace, write_trace
+from bdsgd.traces.schema import from_arrays
+
+BASE = from_dict({"experiment": "t", "traces": {"t": {"source": "simulate"}},
+                  "train": {"trace": "t", "tasks": ["digits"]}}).model
+
+
+def tiny(**kw) -> ModelConfig:
+    return dataclasses.replace(BASE, **{"latent_dim": 4, "worker_dim": 4, "hidden_dim": 16,
+                                        "chunk": 16, "batch_size": 4, "epochs": 3,
+                                        "samples": 32, **kw})
+
+
+def cluster(T: int, n: int, seed: int, shift_at: int | None = None) -> np.ndarray:
+    """Heterogeneous workers, node-correlated Markov contention, Pareto stalls, a load shift."""
+    rng = np.random.default_rng(seed)
+    node = np.arange(n) // 4
+    contended = np.zeros(node.max() + 1, bool)
+    x = np.empty((T, n))
+    base = np.exp(rng.normal(0, 0.1, n))
+    for t in range(T):
+        flip = rng.random(contended.shape)
+        contended = np.where(contended, flip > 0.1, flip < 0.05)
+        x[t] = base * np.exp(rng.normal(0, 0.05, n)) * np.where(contended[node], 1.8, 1.0)
+        x[t] += (rng.random(n) < 0.01) * 0.5 * (rng.pareto(1.5, n) + 1)
+        if shift_at is not None and t >= shift_at:
+            x[t] *= 2.0
+    return x
+
+
+def censor(x: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """What a server keeping the first c learns: the rest become tau (censored)."""
+    order = np.argsort(x, axis=1)
+    censored = np.zeros(x.shape, bool)
+    np.put_along_axis(censored, order[:, c:], True, axis=1)
+    tau = np.take_along_axis(x, order[:, c - 1:c], axis=1)
+    return np.where(censored, tau, x), censored
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A small model trained long enough to have learnt something (shared by several tests)."""
+    out = tmp_path_factory.mktemp("m") / "model.pt"
+    trace = from_arrays(cluster(120, 8, seed=1), meta={"source": "sim"})
+    train_model(trace, tiny(epochs=25), seed=0, out=out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("n", [10, 64])
+def test_shapes_for_several_n(n):
+    torch.manual_seed(0)
+    model = RuntimeModel(tiny(), n)
+    x = torch.rand(3, 5, n) + 0.5
+    assert model.elbo(x, torch.zeros_like(x, dtype=torch.bool)).shape == (3,)
+    loc, scale = model.predictive(model.initial_state(1), 7)
+    assert loc.shape == scale.shape == (7, n)
+    pred = model.predictor(samples=16)
+    before = pred.expected_order_stats()  # from the prior, before any observation
+    pred.observe(observation(0, np.linspace(1, 2, n), n // 2, 0.0))
+    e = pred.expected_order_stats()
+    assert before.shape == e.shape == (n,)
+    assert (e > 0).all() and (np.diff(e) >= 0).all()
+
+
+def test_training_increases_elbo_and_is_deterministic(tmp_path):
+    trace = from_arrays(cluster(40, 6, seed=0), meta={"source": "sim"})
+    a = train_model(trace, tiny(epochs=6), seed=3, out=tmp_path / "a.pt", progress=False)
+    b = train_model(trace, tiny(epochs=6), seed=3, out=tmp_path / "b.pt", progress=False)
+    losses = torch.load(a, weights_only=True)["losses"]
+    assert losses[-1] < losses[0]
+    sa, sb = load_model(a).state_dict(), load_model(b).state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    c = train_model(trace, tiny(epochs=6), seed=4, out=tmp_path / "c.pt", progress=False)
+    assert not torch.equal(load_model(c).embedding, load_model(a).embedding)
+
+
+def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch):
+    trace = from_arrays(cluster(40, 6, seed=0), meta={"source": "sim"})
+    cfg = tiny(epochs=5, checkpoint_every=2)
+    whole = train_model(trace, cfg, seed=1, out=tmp_path / "whole.pt", progress=False)
+
+    real, calls = train_module.run_epoch, []
+
+    def crash_in_epoch_4(*args):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(train_module, "run_epoch", crash_in_epoch_4)
+    out = tmp_path / "resumed.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train_model(trace, cfg, seed=1, out=out, progress=False)
+    assert not out.exists() and (tmp_path / "resumed.pt.ckpt").exists()
+    monkeypatch.setattr(train_module, "run_epoch", real)
+    train_model(trace, cfg, seed=1, out=out, progress=False)
+    assert not (tmp_path / "resumed.pt.ckpt").exists()
+    a, b = torch.load(whole, weights_only=True), torch.load(out, weights_only=True)
+    assert a["losses"] == b["losses"]
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+    with pytest.raises(UserError, match="fingerprint"):  # a stale checkpoint is not resumed
+        torch.save({"fingerprint": {}}, f"{out}.ckpt")
+        train_model(trace, cfg, seed=1, out=out, progress=False)
+
+
+def test_predictor_follows_a_load_shift(trained):
+    model = load_model(trained)
+    x = cluster(60, 8, seed=5, shift_at=30)
+    pred = model.predictor(seed=0)
+    for t in range(30):
+        pred.observe(observation(t, x[t], 6, 0.0))  # censored, as in deployment
+    before = pred.expected_order_stats()
+    for t in range(30, 60):
+        pred.observe(observation(t, x[t], 6, 0.0))
+    after = pred.expected_order_stats()
+    assert np.median(after / before) > 1.5
+
+
+def test_impute_draws_from_the_same_iterations_uncensored():
+    x = torch.tensor([[1.0, 2.0, 9.0, 9.0], [3.0, 9.0, 9.0, 9.0]])
+    censored = x == 9.0
+    filled = impute(x, censored, torch.Generator().manual_seed(0))
+    assert torch.equal(filled[~censored], x[~censored])
+    assert set(filled[0, 2:].tolist()) <= {1.0, 2.0} and filled[1, 1:].tolist() == [3.0] * 3
+
+
+def test_censoring_bias_likelihood_beats_imputation(tmp_path):
+    """Truth known: i.i.d. log-normal run-times, the slowest 40 % censored in training. The
+    likelihood model's predicted censored tail (top order statistics) is closer to the truth."""
+    rng = np.random.default_rng(0)
+    n, c = 10, 6
+    x = np.exp(rng.normal(0, 0.3, (120, n)))
+    seen, censored = censor(x, c)
+    trace = from_arrays(seen, censored=censored, meta={"source": "censored"})
+    truth = np.sort(np.exp(rng.normal(0, 0.3, (20000, n))), axis=1).mean(0)[c:]
+    error = {}
+    for mode in ("likelihood", "impute"):
+        out = train_model(trace, tiny(epochs=20, censoring=mode), seed=0,
+                          out=tmp_path / f"{mode}.pt", progress=False)
+        pred = load_model(out).predictor(samples=256, seed=0)
+        for t in range(20):
+            pred.observe(observation(t, x[t], c, 0.0))
+        error[mode] = np.abs(pred.expected_order_stats()[c:] - truth).mean()
+    assert error["likelihood"] < error["impute"]
+
+
+def test_sample_trace_is_a_valid_trace(trained):
+    trace = load_model(trained).sample_trace(12, seed=2)
+    assert trace.runtimes.shape == (12, 8) and trace.complete
+    assert (trace.runtimes > 0).all() and trace.meta["source"] == "model-sample"
+    again = load_model(trained).sample_trace(12, seed=2)
+    assert np.array_equal(trace.runtimes, again.runtimes)
+
+
+def test_evaluate_reports_every_metric(trained):
+    result = evaluate(load_model(trained), from_arrays(cluster(30, 8, seed=9)), rule="ratio")
+    for key in ("heldout_loglik_per_obs", "coverage_50", "coverage_90", "order_stat_mae_s",
+                "order_stat_rel_error", "throughput_relative_to_oracle"):
+        assert np.isfinite(result[key]), key
+    assert 0 <= result["coverage_50"] <= result["coverage_90"] <= 1
+    assert 0 < result["throughput_relative_to_oracle"] <= 1 + 1e-9
+    with pytest.raises(UserError, match="workers"):
+        evaluate(load_model(trained), from_arrays(cluster(5, 4, seed=9)))
+
+
+def test_load_model_rejects_bad_files(tmp_path, trained):
+    with pytest.raises(UserError, match="not found"):
+        load_model(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="junk.pt"):
+        load_model(tmp_path / "junk.pt")
+    torch.save({"format": "something else"}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="format"):
+        load_model(tmp_path / "other.pt")
+    ckpt = torch.load(trained, weights_only=True)
+    ckpt["n_workers"] = 3  # embedding no longer fits
+    torch.save(ckpt, tmp_path / "bad.pt")
+    with pytest.raises(UserError, match="incompatible"):
+        load_model(tmp_path / "bad.pt")
+
+
+def test_cli_train_evaluate_sample(tmp_path):
+    write_trace(from_arrays(cluster(24, 4, seed=0), meta={"source": "sim"}), tmp_path / "t.parquet")
+    write_trace(from_arrays(cluster(12, 4, seed=1), meta={"source": "sim"}), tmp_path / "h.parquet")
+
+    def bdsgd(*args):
+        return subprocess.run([sys.executable, "-m", "bdsgd", *map(str, args)],
+                              capture_output=True, text=True, timeout=120)
+
+    run = bdsgd("model", "train", tmp_path / "t.parquet", "--out", tmp_path / "m.pt",
+                "--epochs", 2, "--quiet", "--seed", 1)
+    assert run.returncode == 0, run.stderr
+    assert "n=4 workers" in run.stdout and "final ELBO" in run.stdout
+    run = bdsgd("model", "evaluate", tmp_path / "m.pt", tmp_path / "h.parquet",
+                "--json", tmp_path / "e.json")
+    assert run.returncode == 0, run.stderr
+    assert "throughput_relative_to_oracle" in (tmp_path / "e.json").read_text()
+    run = bdsgd("model", "sample", tmp_path / "m.pt", "--iterations", 5,
+                "--out", tmp_path / "s.parquet")
+    assert run.returncode == 0, run.stderr
+    assert read_trace(tmp_path / "s.parquet").runtimes.shape == (5, 4)
+
+
+def test_observation_with_all_but_one_censored_is_handled(trained):
+    pred = load_model(trained).predictor(samples=8)
+    seen = np.full(8, np.nan)
+    seen[3] = 1.0
+    pred.observe(Observation(t=0, cutoff=1, runtimes=seen, cutoff_time=1.0))
+    assert np.isfinite(pred.expected_order_stats()).all()
