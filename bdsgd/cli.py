@@ -102,36 +102,37 @@ def cmd_traces_split(args):
 
 # ----------------------------------------------------------------------------------- model
 def cmd_model_train(args):
-    from bdsgd.config import ModelConfig, load_config
+    from dataclasses import replace
+
+    from bdsgd.config import load_config
     from bdsgd.runtime_model.train import train_model
+    from bdsgd.throughput import default_config
     from bdsgd.traces.io import read_trace
 
     trace = read_trace(args.trace)
-    if args.config:
-        cfg = load_config(args.config)
-        mcfg, seed = cfg.model, cfg.seed
-    else:
-        from bdsgd.config import from_dict
-
-        cfg = from_dict({"experiment": "adhoc", "traces": {"t": {"source": "simulate"}},
-                         "train": {"trace": "t", "tasks": ["digits"]}})
-        mcfg, seed = cfg.model, 0
-    overrides = {k: v for k, v in (("epochs", args.epochs),) if v is not None}
-    if overrides:
-        mcfg = ModelConfig(**{**mcfg.__dict__, **overrides})
-    seed = seed if args.seed is None else args.seed
+    cfg = load_config(args.config) if args.config else default_config()
+    mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
+    seed = cfg.seed if args.seed is None else args.seed
     train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg)
 
 
 def cmd_model_evaluate(args):
-    from bdsgd.io import write_json
+    from bdsgd.config import load_config
+    from bdsgd.io import write_json, write_with
+    from bdsgd.provenance import stamp
     from bdsgd.runtime_model.evaluate import evaluate
     from bdsgd.runtime_model.model import load_model
     from bdsgd.traces.io import read_trace
 
-    result = evaluate(load_model(args.model), read_trace(args.trace), rule=args.rule, seed=args.seed)
+    cfg = load_config(args.config) if args.config else None
+    result, predictions = evaluate(
+        load_model(args.model), read_trace(args.trace), rule=args.rule, seed=args.seed,
+        comm_s=cfg.throughput.comm_s if cfg else 0.0, policies=cfg.policies if cfg else None)
     if args.json:
-        write_json(args.json, result)
+        write_json(args.json, {**result, "provenance": stamp(cfg, args.seed, model=args.model,
+                                                              trace=args.trace)})
+    if args.predictions:
+        write_with(args.predictions, lambda tmp: predictions.to_parquet(tmp, index=False))
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=2))
 
 
@@ -238,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", help="model checkpoint")
     p.add_argument("trace", metavar="TRACE", help="held-out trace (Parquet)")
     p.add_argument("--json", metavar="OUT", help="write the full evaluation here")
+    p.add_argument("--predictions", metavar="OUT.parquet",
+                   help="write every held-out one-step prediction of every order statistic here")
+    p.add_argument("--config", help="experiment config; sets the policy parameters and comm_s")
     p.add_argument("--rule", choices=["rate", "ratio"], default="rate", help="decision rule")
     p.add_argument("--seed", type=int, default=0, help="seed of the predictive draws")
     p.set_defaults(func=cmd_model_evaluate)

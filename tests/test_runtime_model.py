@@ -173,7 +173,12 @@ def test_sample_trace_is_a_valid_trace(trained):
 
 
 def test_evaluate_reports_every_metric(trained):
-    result = evaluate(load_model(trained), from_arrays(cluster(30, 8, seed=9)), rule="ratio")
+    result, predictions = evaluate(load_model(trained), from_arrays(cluster(30, 8, seed=9)),
+                                   rule="ratio")
+    assert len(predictions) == 30 * 8
+    assert (predictions["lo90"] <= predictions["hi90"]).all()
+    mae = (predictions["predicted_mean"] - predictions["realised"]).abs().mean()
+    assert mae == pytest.approx(result["order_stat_mae_s"], rel=1e-5)
     for key in ("heldout_loglik_per_obs", "coverage_50", "coverage_90", "order_stat_mae_s",
                 "order_stat_rel_error", "throughput_relative_to_oracle"):
         assert np.isfinite(result[key]), key

@@ -16,39 +16,23 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import torch
 
+from bdsgd.config import PoliciesConfig
 from bdsgd.errors import UserError
-from bdsgd.policies.base import Observation, decide
-from bdsgd.policies.oracle import hindsight_optimum
+from bdsgd.policies import make_policy
+from bdsgd.policies.oracle import hindsight_optimum, throughput
 from bdsgd.runtime_model.model import RuntimeModel
-from bdsgd.throughput import replay
+from bdsgd.throughput import default_config, replay
 from bdsgd.traces.schema import Trace
 
 
-class ModelPolicy:
-    """The bdsgd policy: c_t = decide(E[x_(c)] from the model's predictor, rule, lambda_hat)."""
-
-    name = "bdsgd"
-
-    def __init__(self, model: RuntimeModel, rule: str, seed: int = 0, comm_s: float = 0.0):
-        self.predictor = model.predictor(seed=seed)
-        self.rule, self.comm_s = rule, comm_s
-        self.accepted, self.elapsed = 0, 0.0
-
-    def choose(self) -> int:
-        rate = self.accepted / self.elapsed if self.elapsed > 0 else None
-        return decide(self.predictor.expected_order_stats(), self.rule, rate, self.comm_s)
-
-    def observe(self, obs: Observation) -> None:
-        self.accepted += obs.cutoff
-        self.elapsed += obs.duration
-        self.predictor.observe(obs)
-
-
 @torch.no_grad()
-def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int, seed: int) -> dict:
-    """Predictive log-likelihood, interval coverage, order-statistic error (full observations)."""
+def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int,
+                     seed: int) -> tuple[dict, pd.DataFrame]:
+    """Predictive log-likelihood, interval coverage, order-statistic error (full observations),
+    and the per-iteration predictions of every order statistic (for the predictions figure)."""
     gen = torch.Generator().manual_seed(seed)
     x_all = torch.as_tensor(trace.runtimes / model.scale_s, dtype=torch.float32)
     no_censoring = torch.zeros(x_all.shape[1], dtype=torch.bool)
@@ -68,7 +52,7 @@ def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int, seed: int)
     mean = np.array(mean)
     n = x_all.shape[1]
     err = np.abs(mean - realised) * model.scale_s
-    return {
+    metrics = {
         # per observation, as a density over the trace's unit (hence the - log m)
         "heldout_loglik_per_obs": float(np.mean(loglik) / n - math.log(model.scale_s)),
         "coverage_50": float(np.mean((realised >= np.array(lo50)) & (realised <= np.array(hi50)))),
@@ -77,19 +61,34 @@ def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int, seed: int)
         "order_stat_rel_error": float(np.mean(err / (realised * model.scale_s))),
         "order_stat_bias_s": float(np.mean(mean - realised) * model.scale_s),
     }
+    T = x_all.shape[0]
+    predictions = pd.DataFrame({
+        "iteration": np.repeat(trace.iterations, n),
+        "order": np.tile(np.arange(1, n + 1), T),
+        "predicted_mean": (mean * model.scale_s).ravel(),
+        "lo90": (np.array(lo90) * model.scale_s).ravel(),
+        "hi90": (np.array(hi90) * model.scale_s).ravel(),
+        "realised": (realised * model.scale_s).ravel(),
+    })
+    return metrics, predictions
 
 
 def evaluate(model: RuntimeModel, trace: Trace, rule: str = "rate", seed: int = 0,
-             comm_s: float = 0.0) -> dict:
-    """Forecast and policy metrics of ``model`` on the held-out ``trace`` (JSON-able)."""
+             comm_s: float = 0.0, policies: PoliciesConfig | None = None,
+             ) -> tuple[dict, pd.DataFrame]:
+    """Forecast and policy metrics of ``model`` on the held-out ``trace`` (JSON-able), and the
+    per-iteration predictions (iteration, order, predicted_mean, lo90, hi90, realised)."""
     if trace.n_workers != model.n_workers:
         raise UserError(trace.meta.get("source", "<trace>"), "worker",
                         f"trace has {trace.n_workers} workers, the model {model.n_workers}")
-    result = forecast_metrics(model, trace, model.config.samples, seed)
-    run = replay(trace, ModelPolicy(model, rule, seed, comm_s), comm_s)
+    result, predictions = forecast_metrics(model, trace, model.config.samples, seed)
+    policies = policies or default_config().policies
+    policy = make_policy("bdsgd", trace.n_workers, policies, rule=rule, seed=seed, comm_s=comm_s,
+                         model=model)
+    run = replay(trace, policy, comm_s)
     sorted_x = np.sort(trace.runtimes, axis=1)
     _, oracle_rate = hindsight_optimum(sorted_x, comm_s)
-    sync_rate = trace.n_workers * len(sorted_x) / (sorted_x[:, -1] + comm_s).sum()
+    sync_rate = throughput(sorted_x, np.full(len(sorted_x), trace.n_workers), comm_s)
     result.update({
         "throughput_relative_to_oracle": run.gradients_per_s / oracle_rate,
         "throughput_gradients_per_s": run.gradients_per_s,
@@ -102,4 +101,4 @@ def evaluate(model: RuntimeModel, trace: Trace, rule: str = "rate", seed: int = 
         "forecast_filtered_on": "full observations",
         "policy_filtered_on": "censored observations of its own cutoffs",
     })
-    return result
+    return result, predictions

@@ -7,6 +7,7 @@ rule figures:
         runs=run_targets(),
         throughput=expand(f"{RESULTS}/throughput/{{trace}}/throughput.json", trace=config["traces"]),
         evaluations=expand(f"{RESULTS}/models/{{trace}}/evaluation.json", trace=config["traces"]),
+        predictions=expand(f"{RESULTS}/models/{{trace}}/predictions.parquet", trace=config["traces"]),
         describe=expand(f"{RESULTS}/traces/{{trace}}/describe.json", trace=config["traces"]),
     output:
         tta=report(f"{FIGURES}/time_to_accuracy.png", caption="../report/time_to_accuracy.rst", category="Convergence"),

@@ -18,10 +18,12 @@ rule train_model:
 
 rule evaluate_model:
     input:
+        config=CONFIG_FILE,
         model=f"{RESULTS}/models/{{trace}}/model.pt",
         trace=f"{RESULTS}/traces/{{trace}}/test.parquet",
     output:
         json=f"{RESULTS}/models/{{trace}}/evaluation.json",
+        predictions=f"{RESULTS}/models/{{trace}}/predictions.parquet",
     log:
         f"{LOGS}/models/{{trace}}/evaluate.log",
     params:
@@ -29,5 +31,5 @@ rule evaluate_model:
     conda:
         "../../environment.yml"
     shell:
-        "bdsgd model evaluate {input.model} {input.trace} --rule {params.rule} "
-        "--json {output.json} > {log} 2>&1"
+        "bdsgd model evaluate {input.model} {input.trace} --config {input.config} "
+        "--rule {params.rule} --json {output.json} --predictions {output.predictions} > {log} 2>&1"
