@@ -82,7 +82,9 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         dec = path.with_name("decisions.parquet")
         if dec.exists():
             decisions.append(pd.read_parquet(dec).assign(trace=trace))
-    table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS)
+    # With --rule both, a predictive policy appears under its default rule (plain name) and as
+    # <policy>/<rule> for each rule: keep one row per (trace, policy, rule).
+    table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS).drop_duplicates(["trace", "policy", "rule"])
     table = table.sort_values(["trace", "policy", "rule"]).reset_index(drop=True)
     return table, pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
 
@@ -117,25 +119,31 @@ def time_to_accuracy(curves: pd.DataFrame, summary: pd.DataFrame, path: Path) ->
         for i, policy in enumerate(stats.index):  # how many seeds reached the target
             bar_ax.text(i, 0, f"{int(reached[policy])} of {int((tts['policy'] == policy).sum())}",
                         ha="center", va="bottom", fontsize=7)
-        bar_ax.set(title="time to target (mean ± sd over seeds reaching it)",
+        bar_ax.set(title="time to target (mean ± sd)",
                    ylabel="virtual time (s)")
         bar_ax.tick_params(axis="x", rotation=30)
     return _save(fig, path)
 
 
 def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> Path:
-    """c_t chosen by each policy while replaying each trace (thin: raw, thick: 20-iteration mean)."""
+    """c_t chosen by each policy (default rule) while replaying each trace: thin lines raw,
+    thick lines a 20-iteration moving average."""
+    decisions = decisions[~decisions["policy"].str.contains("/")]
     traces = sorted(decisions["trace"].unique())
-    fig, axes = plt.subplots(len(traces), 1, figsize=(10, 3.2 * len(traces)), squeeze=False)
+    policies = sorted(decisions["policy"].unique())
+    palette = dict(zip(policies, sns.color_palette("tab10" if len(policies) <= 10 else "husl",
+                                                   len(policies)), strict=True))
+    fig, axes = plt.subplots(len(traces), 1, figsize=(10, 3.4 * len(traces)), squeeze=False)
     for ax, trace in zip(axes[:, 0], traces, strict=True):
         sub = decisions[decisions["trace"] == trace]
-        for (policy, pol), color in zip(sub.groupby("policy"), sns.color_palette("tab10"), strict=False):
-            pol = pol.sort_values("iteration")
-            ax.plot(pol["iteration"], pol["cutoff"], color=color, alpha=0.25, lw=0.7)
-            ax.plot(pol["iteration"], pol["cutoff"].rolling(20, min_periods=1).mean(), color=color,
-                    lw=1.6, label=policy)
-        ax.set(title=f"{trace}: cutoff over time", xlabel="iteration (test part)",
-               ylabel="cutoff c (gradients accepted)")
+        for policy, pol in sub.groupby("policy"):
+            cutoff = pol.sort_values("iteration")["cutoff"].to_numpy()
+            step = np.arange(len(cutoff))
+            ax.plot(step, cutoff, color=palette[policy], alpha=0.2, lw=0.6)
+            ax.plot(step, pd.Series(cutoff).rolling(20, min_periods=1).mean(),
+                    color=palette[policy], lw=1.6, label=policy)
+        ax.set(title=f"{trace}: cutoff over time (n = {int(sub['cutoff'].max())} at most)",
+               xlabel="iteration of the replayed (test) part", ylabel="cutoff c (gradients accepted)")
         ax.legend(fontsize=7, ncol=4)
     return _save(fig, path)
 
