@@ -45,6 +45,7 @@ def cmd_traces_import(args):
 
 def cmd_traces_simulate(args):
     from bdsgd.config import load_config
+    from bdsgd.provenance import stamp
     from bdsgd.traces.io import write_trace
     from bdsgd.traces.simulate import simulate, truth_path, write_truth
 
@@ -52,7 +53,7 @@ def cmd_traces_simulate(args):
     name = _config_name(cfg, args.name, "simulate")
     seed = cfg.seed if args.seed is None else args.seed
     trace, truth = simulate(cfg.trace(name).simulate, seed=seed)
-    trace.meta["config_hash"] = cfg.hash()
+    trace.meta["provenance"] = stamp(cfg, seed, trace=name)
     write_truth(truth, truth_path(args.out))
     write_trace(trace, args.out)
     print(f"simulated trace {name!r} (scenario {cfg.trace(name).simulate.scenario}, seed {seed}): "

@@ -96,7 +96,7 @@ def test_cli_simulate(tmp_path):
     assert run.returncode == 0, run.stderr
     trace = read_trace(out)
     assert trace.runtimes.shape == (50, 8) and trace.meta["seed"] == 4
-    assert trace.meta["params"]["scenario"] == "mixed" and "config_hash" in trace.meta
+    assert trace.meta["params"]["scenario"] == "mixed" and trace.meta["provenance"]["config_hash"]
     assert (tmp_path / "sim.truth.npz").is_file()
 
 
