@@ -82,6 +82,15 @@ def cmd_traces_describe(args):
         print(format_description(stats))
 
 
+def cmd_traces_plot(args):
+    from bdsgd.traces.io import read_trace
+    from bdsgd.traces.plots import draw_trace_figures
+
+    name = args.name or Path(args.trace).stem
+    for path in draw_trace_figures(read_trace(args.trace), name, Path(args.out)):
+        print(f"wrote {path}")
+
+
 def cmd_traces_split(args):
     from bdsgd.traces.io import read_trace, write_trace
     from bdsgd.traces.simulate import read_truth, truth_path, write_truth
@@ -214,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_traces_describe)
+
+    p = tsub.add_parser("plot", help="run-time CDFs, iteration x worker heat map, CoV over time")
+    p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
+    p.add_argument("--name", help="prefix of the figure files (default: the trace file's stem)")
+    p.add_argument("--out", required=True, help="folder for <name>_runtime_cdf.png, "
+                                                "<name>_heatmap.png and <name>_cov.png")
+    p.set_defaults(func=cmd_traces_plot)
 
     p = tsub.add_parser("split", help="cut a trace in time into a training and a test part")
     p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")

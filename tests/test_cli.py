@@ -17,6 +17,7 @@ from tests.conftest import REPO, run_cli
 
 ENTRY_POINTS = [
     "traces import", "traces simulate", "traces gather", "traces describe", "traces split",
+    "traces plot",
     "model train", "model evaluate", "model sample", "throughput", "train", "figures",
 ]
 CONTRACT_KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50"}
@@ -97,6 +98,12 @@ def test_traces_gather(tmp_path, config_file):
     config_file.write_text(yaml.safe_dump(cfg))
     run_cli("traces", "gather", "--config", config_file, "--name", "real", "--out", out)
     assert len(pd.read_parquet(out)) == 2 * 3
+
+
+def test_traces_plot(pipeline):
+    run_cli("traces", "plot", pipeline / "pai.parquet", "--name", "pai", "--out", pipeline / "tf")
+    for kind in ("runtime_cdf", "heatmap", "cov"):
+        assert (pipeline / f"tf/pai_{kind}.png").stat().st_size > 10_000
 
 
 def test_throughput_contract(pipeline):

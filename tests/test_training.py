@@ -141,8 +141,27 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch)
     assert wallclock["resumed_from_iteration"] == 15
     assert metrics(whole)["cutoff"].nunique() > 1  # the replayed policy did vary its cutoff
 
-    with pytest.raises(UserError, match="checkpoint of another run"):
-        train_run(cfg, "digits", "oracle", 1, trace_path, tmp_path / "resumed")
+    assert not (resumed / "checkpoint.pt").exists()  # a complete run leaves no checkpoint
+
+
+def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatch, capsys):
+    cfg = make_cfg(checkpoint_every=5)
+    step, calls = virtual.sgd_step, []
+
+    def crash_at_iteration_8(*args):
+        calls.append(1)
+        if len(calls) == 8:
+            raise KeyboardInterrupt
+        return step(*args)
+
+    monkeypatch.setattr(virtual, "sgd_step", crash_at_iteration_8)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, "digits", "static", 0, trace_path, tmp_path / "run")
+    monkeypatch.undo()
+    fresh = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "fresh")
+    other = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "run")  # seed changed
+    assert "discarding" in capsys.readouterr().out
+    assert (other / "metrics.parquet").read_bytes() == (fresh / "metrics.parquet").read_bytes()
 
 
 @pytest.mark.parametrize("scaling, chunk", [("linear", 5), ("none", 128)])
@@ -164,7 +183,7 @@ def test_update_uses_union_of_fastest_workers_and_scaled_learning_rate(tmp_path,
     x, y = task.batch(task.train, streams.batch(0, fastest))
     F.cross_entropy(model(x), y).backward()
     expected = {k: p - lr * p.grad for k, p in model.named_parameters()}
-    trained = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
+    trained = torch.load(run / "model.pt", weights_only=True)
     for name, value in expected.items():
         torch.testing.assert_close(trained[name], value.detach())
 

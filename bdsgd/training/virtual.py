@@ -25,7 +25,8 @@ Each worker draws from its own shard: per epoch one seeded permutation of the tr
 dealt out round-robin to the n workers (as torch's DistributedSampler), so workers see disjoint
 data and the sample stream is a pure function of (seed, iteration, worker).
 
-Checkpoints (every train.checkpoint_every iterations and at the end) hold the model, optimiser,
+Checkpoints (every train.checkpoint_every iterations, removed when the run completes) hold the
+model, optimiser,
 torch RNG states, clock and metrics so far. Policies are not pickled: on resume the policy is
 rebuilt and its choose/observe calls are replayed over the finished iterations (deterministic,
 and checked against the recorded cutoffs), so any policy resumes without a state format.
@@ -199,7 +200,8 @@ def _wandb_run(cfg: Config, task: str, policy: str, seed: int, out_dir: Path):
 
 def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
               model_path=None) -> Path:
-    """One convergence run; writes out_dir/{metrics.parquet, result.json, checkpoint.pt}."""
+    """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
+    out_dir/checkpoint.pt while it runs, from which an interrupted run resumes)."""
     wall_start = time.perf_counter()
     tc, comm_s = cfg.train, cfg.throughput.comm_s
     out_dir = Path(out_dir)
@@ -234,12 +236,13 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
         log: dict[str, list] = {col: [] for col in COLUMNS}
         decision_ns: list[int] = []
         clock, start = 0.0, 0
-        if ckpt_path.exists():
-            state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-            if state["identity"] != identity:
-                raise UserError(str(ckpt_path), "identity",
-                                f"checkpoint of another run ({state['identity']}); remove it or "
-                                "pick another --out")
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=True) if ckpt_path.exists() else None
+        if state is not None and state["identity"] != identity:
+            # An interrupted run of another config, task, policy, seed or trace (Snakemake reruns
+            # a job whose config changed): its state is no use here, start afresh.
+            print(f"discarding {ckpt_path}: checkpoint of another run ({state['identity']})")
+            state = None
+        if state is not None:
             _replay_policy(pol, trace, state["metrics"]["cutoff"], comm_s)
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -300,6 +303,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
     metrics = pd.DataFrame(log, columns=list(COLUMNS)).astype(
         {"iteration": "int64", "cutoff": "int64"})
     write_with(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
+    write_with(out_dir / "model.pt", lambda tmp: torch.save(model.state_dict(), tmp))
     cutoffs, times = metrics["cutoff"].to_numpy(), metrics["iteration_time_s"].to_numpy()
     summary = {
         "task": task, "policy": policy, "seed": seed, "target_accuracy": target,
@@ -319,6 +323,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
     write_json(out_dir / "result.json", {
         **stamp(cfg, seed, task=task, policy=policy, trace=str(trace_path), trace_meta=trace.meta),
         "summary": summary, "wallclock": wallclock})
+    ckpt_path.unlink()  # the run is complete: its outputs replace the checkpoint
     tta = summary["time_to_target_s"]
     print(f"{task}/{policy}/s{seed}: final accuracy {summary['final_accuracy']:.4f}, "
           f"time to {target} {'never' if tta is None else f'{tta:.1f} s'}, "

@@ -52,7 +52,9 @@ def figure_targets():
     names = ["time_to_accuracy.png", "cutoff_over_time.png", "throughput.png",
              "runtime_distributions.png", "model_predictions.png", "summary.csv",
              "throughput_summary.csv"]
-    return [f"{FIGURES}/{name}" for name in names]
+    per_trace = [f"{FIGURES}/traces/{trace}_{kind}.png" for trace in config["traces"]
+                 for kind in ("runtime_cdf", "heatmap", "cov")]
+    return [f"{FIGURES}/{name}" for name in names] + per_trace
 
 
 def all_targets():

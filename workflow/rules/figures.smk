@@ -26,3 +26,20 @@ rule figures:
         "../../environment.yml"
     shell:
         "bdsgd figures {params.results} --out {params.figures} > {log} 2>&1"
+
+
+rule trace_figures:
+    input:
+        f"{RESULTS}/traces/{{trace}}/trace.parquet",
+    output:
+        cdf=report(f"{FIGURES}/traces/{{trace}}_runtime_cdf.png", caption="../report/trace_cdf.rst", category="Traces", subcategory="{trace}"),
+        heatmap=report(f"{FIGURES}/traces/{{trace}}_heatmap.png", caption="../report/trace_heatmap.rst", category="Traces", subcategory="{trace}"),
+        cov=report(f"{FIGURES}/traces/{{trace}}_cov.png", caption="../report/trace_cov.rst", category="Traces", subcategory="{trace}"),
+    log:
+        f"{LOGS}/figures/{{trace}}.log",
+    params:
+        out=lambda wc, output: Path(output.cdf).parent,
+    conda:
+        "../../environment.yml"
+    shell:
+        "bdsgd traces plot {input} --name {wildcards.trace} --out {params.out} > {log} 2>&1"

@@ -10,6 +10,7 @@ rule train:
     output:
         result=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/result.json",
         metrics=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/metrics.parquet",
+        network=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/model.pt",
     log:
         f"{LOGS}/runs/{{task}}/{{policy}}/seed{{seed}}.log",
     params:
