@@ -1,0 +1,98 @@
+"""The policy x rule x trace throughput table of issues 12 and 13, measured in one run.
+
+For each trace (the simulator's scenarios and the two real Alibaba PAI jobs): train the run-time
+model on the first half, replay every policy under both decision rules on the second half with
+``bdsgd.throughput.run_benchmark`` (the harness the CLI uses), and print throughput relative to
+the exact hindsight ``oracle`` and, on simulated traces, to ``bayes`` (the better of its two
+rules), which draws from the simulator's true dynamics given its true latent state.
+
+    .venv/bin/python benchmarks/policy_table.py [--workers 32] [--iterations 2000] [--epochs 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import time
+from pathlib import Path
+
+import torch
+
+from bdsgd.config import from_dict
+from bdsgd.runtime_model.train import train_model
+from bdsgd.throughput import run_benchmark
+from bdsgd.traces.formats import import_trace
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.simulate import simulate, truth_path, write_truth
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = ("calm", "emerging-straggler", "node-contention", "load-shift", "mixed")
+POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "explore-bdsgd",
+            "oracle-myopic", "async"]
+
+
+def config(args, scenario: str):
+    return from_dict({
+        "experiment": "policy-table", "seed": args.seed,
+        "traces": {"t": {"source": "simulate", "simulate": {
+            "scenario": scenario, "workers": args.workers, "iterations": args.iterations}}},
+        "model": {"epochs": args.epochs},
+        "train": {"trace": "t", "tasks": ["digits"]},
+    }, "<policy_table>")
+
+
+def traces(args):
+    for scenario in SCENARIOS:
+        cfg = config(args, scenario)
+        trace, truth = simulate(cfg.traces["t"].simulate, seed=args.seed)
+        yield f"sim {scenario}", trace, truth, cfg
+    for job in (1, 2):
+        csv = REPO / f"tests/data/alibaba_pai_job_{job}_norm.csv"
+        yield f"alibaba job {job}", import_trace(csv, "alibaba-pai"), None, config(args, "mixed")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=32, help="workers of the simulated traces")
+    parser.add_argument("--iterations", type=int, default=2000,
+                        help="iterations of the simulated traces (half trains the model)")
+    parser.add_argument("--epochs", type=int, default=30, help="run-time model training epochs")
+    parser.add_argument("--seed", type=int, default=0, help="seed of simulation, training, policies")
+    parser.add_argument("--out", default="benchmarks/out", help="folder for traces and models")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    out = Path(args.out)
+
+    lines = ["| trace | policy | ratio / oracle | rate / oracle | best / bayes |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for name, trace, truth, cfg in traces(args):
+        stem = out / name.replace(" ", "_")
+        train, test = trace.split(0.5)
+        write_trace(test, f"{stem}_test.parquet")
+        policies = POLICIES + (["bayes"] if truth is not None else [])
+        if truth is not None:
+            write_truth(truth, truth_path(f"{stem}_test.parquet"))
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            model = train_model(train, cfg.model, seed=args.seed, out=f"{stem}_model.pt",
+                                progress=False, config=cfg)
+            rows = run_benchmark(f"{stem}_test.parquet", policies, model_path=model, rule="both",
+                                 cfg=cfg)["policies"]
+        print(f"{name}: n={trace.n_workers}, {test.n_iterations} test iterations, "
+              f"{time.perf_counter() - start:.0f} s", flush=True)
+        bayes = max((rows[f"bayes/{r}"]["gradients_per_s"] for r in ("ratio", "rate")
+                     if f"bayes/{r}" in rows), default=None)
+        for policy in policies:
+            pair = [rows.get(f"{policy}/{r}", rows[policy]) for r in ("ratio", "rate")]
+            best = max(p["gradients_per_s"] for p in pair)
+            cells = [f"{p['relative_to_oracle']:.4f}" for p in pair]
+            if pair[0] is pair[1]:
+                cells[1] = "(no rule)"
+            rel_bayes = f"{best / bayes:.4f}" if bayes else ""
+            lines.append(f"| {name} | {policy} | {cells[0]} | {cells[1]} | {rel_bayes} |")
+    print("\n" + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
