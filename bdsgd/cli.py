@@ -132,11 +132,13 @@ def cmd_model_evaluate(args):
     from bdsgd.provenance import stamp
     from bdsgd.runtime_model.evaluate import evaluate
     from bdsgd.runtime_model.model import load_model
+    from bdsgd.throughput import default_config
     from bdsgd.traces.io import read_trace
 
     cfg = load_config(args.config) if args.config else None
+    rule = args.rule or (cfg or default_config()).policies.rule
     result, predictions = evaluate(
-        load_model(args.model), read_trace(args.trace), rule=args.rule, seed=args.seed,
+        load_model(args.model), read_trace(args.trace), rule=rule, seed=args.seed,
         comm_s=cfg.throughput.comm_s if cfg else 0.0, policies=cfg.policies if cfg else None)
     if args.json:
         write_json(args.json, {**result, "provenance": stamp(cfg, args.seed, model=args.model,
@@ -259,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--predictions", metavar="OUT.parquet",
                    help="write every held-out one-step prediction of every order statistic here")
     p.add_argument("--config", help="experiment config; sets the policy parameters and comm_s")
-    p.add_argument("--rule", choices=["rate", "ratio"], default="rate", help="decision rule")
+    p.add_argument("--rule", choices=["rate", "ratio"], default=None,
+                   help="decision rule of the bdsgd policy (default: the config's policies.rule)")
     p.add_argument("--seed", type=int, default=0, help="seed of the predictive draws")
     p.set_defaults(func=cmd_model_evaluate)
 
@@ -276,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", required=True, help=POLICY_HELP)
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
     p.add_argument("--rule", choices=["rate", "ratio", "both"], default=None,
-                   help="decision rule of the predictive policies (default: the config's, else rate); "
+                   help="decision rule of the predictive policies (default: the config's policies.rule); "
                         "'both' reports each policy under each rule")
     p.add_argument("--comm-s", type=float, default=None,
                    help="communication time added to every iteration (default: the config's, else 0)")

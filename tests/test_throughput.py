@@ -14,7 +14,7 @@ from bdsgd.cli import main
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
 from bdsgd.policies.oracle import hindsight_optimum
-from bdsgd.throughput import asynchronous, run_benchmark
+from bdsgd.throughput import asynchronous, default_config, run_benchmark
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 
@@ -51,7 +51,7 @@ def test_benchmark_table_decisions_and_determinism(tmp_path, capsys):
     table = json.loads((tmp_path / "out0.json").read_text())["policies"]
     for name in ("elfving", "ecdf", "bandit", "explore-ecdf"):
         assert table[f"{name}/rate"]["rule"] == "rate" and table[f"{name}/ratio"]["rule"] == "ratio"
-        assert table[name] == table[f"{name}/rate"]  # the schema's default rule
+        assert table[name] == table[f"{name}/{default_config().policies.rule}"]  # the default
     for row in table.values():
         assert row.keys() >= KEYS
         assert row["relative_to_oracle"] <= 1 + 1e-12 or row is table["async"]
@@ -101,7 +101,7 @@ def test_bdsgd_and_bayes_take_their_inputs(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "bdsgd.traces.simulate", sim_module)
 
     result = run_benchmark(tmp_path / "t.parquet", ["bdsgd", "explore-bdsgd"], model_path="m.pt")
-    assert result["policies"]["bdsgd"]["rule"] == "rate"
+    assert result["policies"]["bdsgd"]["rule"] == default_config().policies.rule
     with pytest.raises(UserError, match="--model"):
         run_benchmark(tmp_path / "t.parquet", ["sync", "bdsgd"])
     with pytest.raises(UserError, match="truth"):

@@ -26,10 +26,8 @@ rule evaluate_model:
         predictions=f"{RESULTS}/models/{{trace}}/predictions.parquet",
     log:
         f"{LOGS}/models/{{trace}}/evaluate.log",
-    params:
-        rule=config["policies"]["rule"],
     conda:
         "../../environment.yml"
     shell:
         "bdsgd model evaluate {input.model} {input.trace} --config {input.config} "
-        "--rule {params.rule} --json {output.json} --predictions {output.predictions} > {log} 2>&1"
+        "--json {output.json} --predictions {output.predictions} > {log} 2>&1"
