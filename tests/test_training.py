@@ -115,20 +115,25 @@ def test_same_inputs_give_byte_identical_metrics(tmp_path, trace_path):
     assert not metrics(a)["train_loss"].equals(metrics(c)["train_loss"])  # the seed matters
 
 
+def crash_at_iteration(monkeypatch, k: int) -> None:
+    """Make the k-th SGD step raise, as a killed job would stop."""
+    step, calls = virtual.sgd_step, []
+
+    def crashing(*args):
+        calls.append(1)
+        if len(calls) == k:
+            raise KeyboardInterrupt
+        return step(*args)
+
+    monkeypatch.setattr(virtual, "sgd_step", crashing)
+
+
 def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
     cfg = make_cfg(checkpoint_every=5)
     # The oracle replays a precomputed cutoff sequence with a counter: a stateful policy.
     whole = train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "whole")
 
-    step, calls = virtual.sgd_step, []
-
-    def crash_at_iteration_18(*args):
-        calls.append(1)
-        if len(calls) == 18:
-            raise KeyboardInterrupt
-        return step(*args)
-
-    monkeypatch.setattr(virtual, "sgd_step", crash_at_iteration_18)
+    crash_at_iteration(monkeypatch, 18)
     with pytest.raises(KeyboardInterrupt):
         train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "resumed")
     assert (tmp_path / "resumed" / "checkpoint.pt").exists()
@@ -146,15 +151,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch)
 
 def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatch, capsys):
     cfg = make_cfg(checkpoint_every=5)
-    step, calls = virtual.sgd_step, []
-
-    def crash_at_iteration_8(*args):
-        calls.append(1)
-        if len(calls) == 8:
-            raise KeyboardInterrupt
-        return step(*args)
-
-    monkeypatch.setattr(virtual, "sgd_step", crash_at_iteration_8)
+    crash_at_iteration(monkeypatch, 8)
     with pytest.raises(KeyboardInterrupt):
         train_run(cfg, "digits", "static", 0, trace_path, tmp_path / "run")
     monkeypatch.undo()
