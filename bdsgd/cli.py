@@ -166,7 +166,7 @@ def cmd_throughput(args):
     run_benchmark(
         trace_path=args.trace, policies=[p for p in args.policies.split(",") if p],
         model_path=args.model, rule=args.rule, comm_s=args.comm_s, json_out=args.json,
-        decisions_out=args.decisions, cfg=cfg, seed=args.seed,
+        decisions_out=args.decisions, cfg=cfg, seed=args.seed, history_path=args.history,
     )
 
 
@@ -287,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed of randomised policies")
     p.add_argument("--json", required=True, help="throughput table to write (JSON)")
     p.add_argument("--decisions", help="per-iteration decisions to write (Parquet)")
+    p.add_argument("--history", metavar="TRACE",
+                   help="the same run's earlier iterations (e.g. the training part): policies "
+                        "that learn from observations see them first, instead of starting cold")
     p.set_defaults(func=cmd_throughput)
 
     # train

@@ -56,6 +56,15 @@ def require_complete(trace: Trace, source: str) -> None:
                         "censored", "replay needs every run-time; this trace has censored values")
 
 
+def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
+    """Show ``policy`` the iterations that came before the replay, fully observed (c = n), as a
+    server that has been running (and gathering the training trace) would have seen them."""
+    require_complete(history, history.meta.get("source", "<history>"))
+    n = history.n_workers
+    for t, row in enumerate(history.runtimes):
+        policy.observe(observation(t - history.n_iterations, row, n, comm_s))
+
+
 def replay(trace: Trace, policy: Policy, comm_s: float = 0.0) -> Replay:
     """Run ``policy`` over the trace, iteration by iteration, with censored feedback.
 
@@ -161,14 +170,16 @@ def _load_extras(names: list[str], trace: Trace, trace_path: str, model_path: st
 
 def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
-                  seed: int | None = None) -> dict:
+                  seed: int | None = None, history_path=None) -> dict:
     """Replay ``trace_path`` under every policy; write the table (JSON) and decisions (Parquet).
 
     ``rule`` None takes the config's; "both" adds rows ``<policy>/ratio`` and ``<policy>/rate``
-    for each predictive policy, the plain name being the config's rule.
+    for each predictive policy, the plain name being the config's rule. ``history_path``: the
+    iterations of the same run before the replayed ones (the training part), which every policy
+    that learns from observations sees first (``warm_up``); without it they all start cold.
     """
     from bdsgd.io import write_json, write_with
-    from bdsgd.policies import is_known, is_predictive, make_policy
+    from bdsgd.policies import is_known, is_predictive, learns_from_history, make_policy
     from bdsgd.policies.base import RULES
     from bdsgd.provenance import stamp
     from bdsgd.traces.io import read_trace
@@ -188,6 +199,10 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
     model, truth = _load_extras(policies, trace, trace_path, model_path)
+    history = read_trace(history_path) if history_path is not None else None
+    if history is not None and history.n_workers != trace.n_workers:
+        raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
+                        f"replayed trace {trace_path} has {trace.n_workers}")
     offset = int((trace.meta.get("slice") or [0])[0])
 
     sorted_x = np.sort(trace.runtimes, axis=1)
@@ -198,6 +213,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         if (name, r) not in runs:
             policy = make_policy(name, trace.n_workers, pcfg, rule=r, seed=seed, comm_s=comm_s,
                                  runtimes=trace.runtimes, model=model, truth=truth, offset=offset)
+            if history is not None and learns_from_history(name):
+                warm_up(policy, history, comm_s)
             runs[name, r] = replay(trace, policy, comm_s), policy
         return runs[name, r]
 
@@ -230,6 +247,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
 
     result = {"policies": table, "default_rule": default_rule,
               "trace": _describe(trace, trace_path, comm_s, oracle_rate),
+              "history": None if history is None else {
+                  "path": str(history_path), "n_iterations": history.n_iterations},
               "provenance": stamp(cfg, seed, policies_config=dataclasses.asdict(pcfg))}
     if json_out:
         write_json(json_out, result)

@@ -9,13 +9,14 @@ import sys
 import numpy as np
 import pytest
 import torch
+from scipy.stats import norm
 
 from bdsgd.config import ModelConfig, from_dict
 from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation
 from bdsgd.runtime_model import train as train_module
 from bdsgd.runtime_model.evaluate import evaluate
-from bdsgd.runtime_model.model import RuntimeModel, impute, load_model
+from bdsgd.runtime_model.model import Mixture, RuntimeModel, impute, load_model, worker_update
 from bdsgd.runtime_model.train import train_model
 from bdsgd.throughput import observation
 from bdsgd.traces.io import read_trace, write_trace
@@ -72,8 +73,8 @@ def test_shapes_for_several_n(n):
     model = RuntimeModel(tiny(), n)
     x = torch.rand(3, 5, n) + 0.5
     assert model.elbo(x, torch.zeros_like(x, dtype=torch.bool)).shape == (3,)
-    loc, scale = model.predictive(model.initial_state(1), 7)
-    assert loc.shape == scale.shape == (7, n)
+    mix = model.predictive(model.initial_state(1), 7)
+    assert mix.sample().shape == (7, n)
     pred = model.predictor(samples=16)
     before = pred.expected_order_stats()  # from the prior, before any observation
     pred.observe(observation(0, np.linspace(1, 2, n), n // 2, 0.0))
@@ -232,3 +233,60 @@ def test_observation_with_all_but_one_censored_is_handled(trained):
     seen[3] = 1.0
     pred.observe(Observation(t=0, cutoff=1, runtimes=seen, cutoff_time=1.0))
     assert np.isfinite(pred.expected_order_stats()).all()
+
+
+@pytest.mark.parametrize("censored", [False, True])
+@pytest.mark.parametrize("v", [-0.3, 0.1, 0.9])
+def test_worker_update_matches_numerical_integration(v, censored):
+    """The assumed-density update of u (regime x stall mixture, observed or censored at v) has
+    the mean and variance of the exact posterior, and Mixture.log_prob its normaliser: both
+    checked against integration over a fine grid of u."""
+    mu, c = 0.05, torch.tensor([0.0, 0.7, 0.0, 0.7])  # component offsets: stall shift 0.7
+    p = torch.tensor([0.01, 0.01, 0.3, 0.3])  # prior variance of u: stay / jump regime
+    r = torch.tensor([0.04, 0.2, 0.04, 0.2])  # emitter variance: normal / stall
+    w = torch.tensor([0.9, 0.05, 0.04, 0.01])
+    mix = Mixture((mu + c)[:, None], (p + r)[:, None], w.log()[:, None], p[:, None])
+    flag = torch.tensor([censored])
+    mean, var = worker_update(mix, torch.tensor([mu]), torch.tensor([v]), flag)
+
+    u = np.linspace(-5, 5, 200_001)
+    prior = [np.exp(-0.5 * (u - mu) ** 2 / pk) / np.sqrt(2 * np.pi * pk) for pk in p.numpy()]
+    f = norm.sf if censored else norm.pdf  # P(V > v | u) or p(v | u) in component k
+    lik = [f(v, loc=u + ck, scale=np.sqrt(rk)) for ck, rk in zip(c.numpy(), r.numpy(), strict=True)]
+    post = sum(wk * pk * lk for wk, pk, lk in zip(w.numpy(), prior, lik, strict=True))
+    z = np.trapezoid(post, u)
+    m = np.trapezoid(u * post, u) / z
+    assert float(mean) == pytest.approx(m, abs=1e-4)
+    assert float(var) == pytest.approx(np.trapezoid((u - m) ** 2 * post, u) / z, rel=1e-3)
+    logp = mix.log_prob(torch.tensor([v]), flag, jacobian=False)
+    assert float(logp) == pytest.approx(np.log(z), abs=1e-4)
+
+
+def test_predictor_draws_follow_the_predictive_mixture(trained):
+    """Predictor.draws (indicators, then one Gaussian) and Mixture.sample (all four components)
+    draw from the same distribution: quantiles agree within Monte Carlo error."""
+    model = load_model(trained)
+    pred = model.predictor(samples=20_000, seed=1)
+    x = cluster(10, 8, seed=3)
+    for t in range(10):
+        pred.observe(observation(t, x[t], 6, 0.0))
+    fast = np.log(pred.draws().numpy() / model.scale_s)
+    with torch.inference_mode():  # the predictor's state is an inference tensor
+        slow = model.predictive(pred.state, 20_000, torch.Generator().manual_seed(2)).sample(
+            torch.Generator().manual_seed(3)).numpy()
+    for q in (0.1, 0.5, 0.9, 0.99):
+        assert np.quantile(fast, q, axis=0) == pytest.approx(np.quantile(slow, q, axis=0),
+                                                             abs=0.03)
+
+
+def test_a_straggler_cut_off_stays_slow_in_the_forecast(trained):
+    """A worker that turns 3x slow is seen once, then cut off (censored) for 30 iterations: its
+    forecast stays slow (the random walk does not pull it back to the others)."""
+    model = load_model(trained)
+    pred = model.predictor(samples=2000, seed=0)
+    x = np.exp(np.random.default_rng(4).normal(0, 0.05, (60, 8)))
+    x[20:, 0] *= 3.0
+    for t in range(60):
+        pred.observe(observation(t, x[t], 8 if t <= 21 else 7, 0.0))
+    draws = np.median(pred.draws().numpy(), axis=0) / model.scale_s
+    assert draws[0] > 2.5 * np.median(draws[1:])

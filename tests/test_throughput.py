@@ -150,3 +150,31 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, words):
     assert main(["throughput", str(tmp_path / "missing.parquet"), "--policies", "sync",
                  "--json", str(tmp_path / "o.json")]) == 2
     assert not (tmp_path / "o.json").exists()
+
+
+def test_history_warms_up_the_learning_policies(tmp_path):
+    """Worker 0 is 3x slower all along. Started cold, bandit waits for every worker at first;
+    warmed up on the run's earlier iterations (--history) it cuts worker 0 from the first
+    iteration on. Policies that do not learn (sync, static, the oracles, bayes) are unaffected."""
+    rng = np.random.default_rng(1)
+    x = rng.lognormal(0, 0.05, (60, 6))
+    x[:, 0] *= 3
+    write_trace(from_arrays(x[:30], {"source": "test"}), tmp_path / "history.parquet")
+    write_trace(from_arrays(x[30:], {"source": "test"}), tmp_path / "t.parquet")
+    names = ["sync", "static", "bandit", "oracle"]
+    cold = run_benchmark(tmp_path / "t.parquet", names, decisions_out=tmp_path / "cold.parquet")
+    warm = run_benchmark(tmp_path / "t.parquet", names, decisions_out=tmp_path / "warm.parquet",
+                         history_path=tmp_path / "history.parquet")
+    first = {}
+    for kind in ("cold", "warm"):
+        d = pq.read_table(tmp_path / f"{kind}.parquet").to_pandas()
+        first[kind] = d[d.policy == "bandit"].cutoff.iloc[0]
+    assert first == {"cold": 6, "warm": 5}
+    assert warm["policies"]["bandit"]["gradients_per_s"] > cold["policies"]["bandit"]["gradients_per_s"]
+    for name in ("sync", "static", "oracle"):  # the same decisions (timings aside)
+        assert warm["policies"][name]["gradients_per_s"] == cold["policies"][name]["gradients_per_s"]
+        assert warm["policies"][name]["cutoff_std"] == cold["policies"][name]["cutoff_std"]
+    assert warm["history"]["n_iterations"] == 30 and cold["history"] is None
+    write_trace(from_arrays(x[:30, :4], {"source": "test"}), tmp_path / "narrow.parquet")
+    with pytest.raises(UserError, match="narrow.parquet.*4 workers"):
+        run_benchmark(tmp_path / "t.parquet", names, history_path=tmp_path / "narrow.parquet")

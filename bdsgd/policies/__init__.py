@@ -26,6 +26,12 @@ def is_predictive(name: str) -> bool:
     return name.removeprefix("explore-") in PREDICTIVE
 
 
+def learns_from_history(name: str) -> bool:
+    """Whether policy ``name`` learns from observations, so that a run's earlier iterations (a
+    warm-up history) inform it: the causal predictive ones; bayes knows the state already."""
+    return name.removeprefix("explore-") in PREDICTIVE and not name.endswith("bayes")
+
+
 def is_known(name: str) -> bool:
     base = name.removeprefix("explore-")
     return base in NAMES and not (name.startswith("explore-") and base in ORACLES)

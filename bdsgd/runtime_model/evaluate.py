@@ -39,10 +39,11 @@ def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int,
     state = model.eval().initial_state(1)
     loglik, lo50, hi50, lo90, hi90, mean = [], [], [], [], [], []
     for t in range(x_all.shape[0]):
-        loc, scale = model.predictive(state, samples, gen)  # (S, n) each
-        joint = model.emitter.log_prob(x_all[t].expand_as(loc), loc, scale, no_censoring).sum(-1)
+        mix = model.predictive(state, samples, gen)  # (components, S, n)
+        v = model.emitter.space(x_all[t]).expand(mix.mean.shape[1:])
+        joint = mix.log_prob(v, no_censoring, model.emitter.emission == "lognormal").sum(-1)
         loglik.append(float(torch.logsumexp(joint, 0)) - math.log(samples))
-        draws = model.emitter.sample(loc, scale, gen).sort(dim=-1).values
+        draws = model.emitter.unspace(mix.sample(gen)).sort(dim=-1).values
         q = torch.quantile(draws, torch.tensor([0.05, 0.25, 0.75, 0.95]), dim=0)
         for out, row in zip((lo90, lo50, hi50, hi90), q, strict=True):
             out.append(row.numpy())

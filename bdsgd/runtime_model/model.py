@@ -1,38 +1,46 @@
 """The BDSGD run-time model: a deep generative dynamical model of every worker's run-time.
 
 Run-times are divided by the training trace's median m (kept in the checkpoint), so the model is
-unit-free: x~_{t,w} = x_{t,w} / m for iteration t and worker w = 1..n.
+unit-free: x~_{t,w} = x_{t,w} / m for iteration t and worker w = 1..n. The emitter is Gaussian in
+v = log x~ (``lognormal``, the default: positive, heavy right tail) or in v = x~ (``gaussian``, the
+paper's; draws below zero are clamped to a tiny positive).
 
-Generative model. The latent state z_t = (g_t, u_t) has a cluster part g_t in R^d (load shared by
-all workers, node or rack contention) and a worker part u_t in R^n (each worker's own slowdown)::
+Generative model. The latent state z_t = (g_t, u_t, k_t) has a cluster part g_t in R^d (load
+shared by all workers, its dynamics), a worker part u_t in R^n (each worker's own level: a slow
+node, a straggler) and a regime k_{t,w} in {stay, jump} per worker::
 
-    g_t     ~ N(A g_{t-1} + b, diag q_g)                                  (Transition)
-    u_{t,w} ~ N(rho u_{t-1,w}, q_u)
-    x~_{t,w} | z_t ~ F(loc = f(g_t, e_w) + u_{t,w}, scale = s(g_t, e_w))   (Emitter)
+    g_t     ~ N(A g_{t-1} + b, diag q_g)                                       (Transition)
+    u_{t,w} ~ N(u_{t-1,w}, q_u)  if k_{t,w} = stay,  N(u_{t-1,w}, q_j) if jump, P(jump) = p_j
+    v_{t,w} | z_t ~ (1 - pi) N(f(g_t, e_w) + u_{t,w}, s^2)                     (Emitter)
+                    + pi N(f(g_t, e_w) + u_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w)
 
-independently over w given z_t. The transition is linear-Gaussian (A is block-diagonal: A on g,
-rho*I on u) and all the non-linearity sits in the emitter. e_w is worker w's identity
-embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any n and a pass
-over S samples x n workers is two matrix products. F is ``lognormal`` (log x~ ~ N(loc, scale^2):
-positive, heavy right tail) or ``gaussian`` (x~ ~ N(loc, scale^2), the paper's; draws below zero
-are clamped to a tiny positive).
+independently over w given z_t. u is a random walk with occasional jumps: a worker that turned
+slow stays slow in the forecast while it is cut off and unobserved, and a contention episode or
+a load the training trace never had is followed in one iteration (the jump) rather than shrunk
+away. The emitter's second part is a transient stall (probability pi, shift delta > 0): a heavy
+right tail that a single Gaussian could only fake by widening everyone's spread. e_w is worker
+w's identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any
+n and a pass over S draws x n workers is two matrix products.
 
-Inference (amortised, filtering online). q(z_t | x_{1:t}) = N(mu_t, diag sigma_t^2) comes from a
-recursion that costs one pass over the workers per iteration, no optimisation::
+Inference (amortised, filtering online). q(z_t | x_{1:t}) costs one pass over the workers per
+iteration and no optimisation. The cluster part is a learnt recursion, as in Pyro's dmm.py::
 
-    h_t = GRU(h_{t-1}, mean_w phi(y_{t,w}, c_{t,w}, e_w))                 (InferenceNetwork)
-    (mu^g_t, sigma^g_t) = Combiner(A mu^g_{t-1} + b, h_t)                  (as Pyro's dmm.py)
-    (mu^u_{t,w}, sigma^u_{t,w}) = psi(prior moments of u_{t,w}, r_{t,w}, c_{t,w}, s(mu^g_t, e_w))
+    h_t = GRU(h_{t-1}, mean_w phi(log x~_{t,w}, c_{t,w}, e_w))              (InferenceNetwork)
+    q(g_t) = N(mu^g_t, diag sigma^g_t^2) = Combiner(A mu^g_{t-1} + b, h_t)
 
-with y = log x~ for a worker that reported, y = log tau~ and c = 1 for one cut off at tau
-(censored), and r the standardised residual of that observation under the emitter at mu^g_t.
+with c = 1 for a worker cut off at tau (x~ then holds tau~). The worker part is exact given g:
+u_{t,w} is conditionally a mixture of 2 x 2 Gaussians (regime x stall) whose posterior after
+an observed v, or after the censored fact v > log tau~, is moment-matched back to one Gaussian
+(assumed-density filtering, ``worker_update``). It has no learnt part, so it behaves the same in
+states that training never visited.
 
-ELBO. With q(z_{1:T}) = prod_t q(z_t | x_{1:t}) (each factor a function of the past only),
-    L = sum_t E_q[log p(x_t | z_t)] + E_q[log p(z_t | z_{t-1})] + H[q(z_t)],
-the last two terms analytic for a linear-Gaussian transition and Gaussian q. A censored worker
-contributes log P(x > tau | z_t) (``censoring: likelihood``, unbiased), or, as the paper did, is
-replaced by an uncensored run-time of the same iteration drawn at random (``censoring: impute``,
-biased low: the uncensored run-times are the short ones).
+Objective. The worker part is integrated out (Rao-Blackwellised), so per iteration the model
+scores the one-step predictive of u together with q(g_t):
+    L = sum_t E_{q(g_t)}[log p(x_t | g_t, x_{1:t-1})] + E_q[log p(g_t | g_{t-1})] + H[q(g_t)],
+p(x_t | g_t, x_{1:t-1}) the worker mixture's marginal (``worker_update``'s normaliser) and the
+last two terms analytic. A censored worker contributes log P(x > tau | ...) (``censoring:
+likelihood``, unbiased), or, as the paper did, is replaced by an uncensored run-time of the same
+iteration drawn at random (``censoring: impute``, biased low: the uncensored ones are short).
 """
 
 from __future__ import annotations
@@ -52,8 +60,11 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation
 from bdsgd.traces.schema import Trace, from_arrays
 
-FORMAT = "bdsgd-runtime-model/1"
+FORMAT = "bdsgd-runtime-model/2"
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
+# Worker-draws per decision a predictor affords at least: S = max(samples, DRAW_BUDGET / n), so a
+# small cluster gets more draws where they are cheap (E[x_(n)] of a heavy tail is noisy at S = 64)
+DRAW_BUDGET = 8192
 LOG_2PI = math.log(2 * math.pi)
 
 
@@ -68,6 +79,53 @@ class FilterState:
     var_u: torch.Tensor  # (B, n)
 
 
+@dataclass
+class Mixture:
+    """A per-worker mixture of K Gaussians in emission space, stacked on the first axis:
+    v ~ sum_k w_k N(mean_k, var_k), where var_k = gain_var_k + the emitter's variance and
+    gain_var_k is the part owed to u (its prior variance in that component)."""
+
+    mean: torch.Tensor  # (K, ..., n)
+    var: torch.Tensor  # (K, ..., n)
+    log_w: torch.Tensor  # (K, 1, ...) broadcastable
+    u_var: torch.Tensor  # (K, ..., n)  prior variance of u in component k
+
+    def log_prob(self, v: torch.Tensor, censored: torch.Tensor, jacobian: bool) -> torch.Tensor:
+        """log p(v) per worker, or log P(V > v) where censored; ``jacobian`` subtracts v (a
+        density over x~ = exp v rather than over v)."""
+        z = (v - self.mean) / self.var.sqrt()
+        density = -0.5 * (LOG_2PI + z**2 + self.var.log())
+        if jacobian:
+            density = density - v
+        return torch.logsumexp(self.log_w + torch.where(censored, torch.special.log_ndtr(-z),
+                                                        density), 0)
+
+    def sample(self, generator=None) -> torch.Tensor:
+        """One draw of v per entry (component by inverse CDF of the weights, then its Gaussian)."""
+        cdf = self.log_w.exp().cumsum(0)
+        pick = (torch.rand(self.mean.shape[1:], generator=generator) > cdf[:-1]).sum(0)
+        mean = torch.gather(self.mean, 0, pick[None]).squeeze(0)
+        sd = torch.gather(self.var, 0, pick[None]).squeeze(0).sqrt()
+        return mean + sd * torch.randn(mean.shape, generator=generator)
+
+
+@dataclass
+class Parts:
+    """The scalar parameters of u's regimes and the emitter's stall, as plain tensors (2,) each:
+    computed once per predictor, not once per decision."""
+
+    step: torch.Tensor  # (q_u, q_j)
+    log_w_u: torch.Tensor  # (log(1 - p_j), log p_j)
+    shift: torch.Tensor  # (0, delta)
+    stall_var: torch.Tensor  # (0, s_st^2)
+    log_w_e: torch.Tensor  # (log(1 - pi), log pi)
+
+
+def stack(a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A (K,) vector shaped (K, 1, ..., 1) to broadcast against ``like`` along a new first axis."""
+    return a.reshape(len(a), *([1] * like.dim()))
+
+
 def gaussian_cross_entropy(mu, var, prior_mu, prior_var_extra, q):
     """E_q[log N(z; prior_mu, q)] where z ~ N(mu, var) and prior_mu carries extra variance
     prior_var_extra from z_{t-1} (= (A Sigma_{t-1} A^T)_ii), summed over the last axis."""
@@ -79,53 +137,48 @@ def gaussian_entropy(var):
 
 
 class Transition(nn.Module):
-    """p(z_t | z_{t-1}): g_t ~ N(A g_{t-1} + b, diag q_g); u_{t,w} ~ N(rho u_{t-1,w}, q_u)."""
+    """p(z_t | z_{t-1}): g_t ~ N(A g_{t-1} + b, diag q_g); u_{t,w} a random walk of step
+    variance q_u, or q_j with probability p_j (a jump); u_0 ~ N(0, p_0)."""
 
     def __init__(self, latent_dim: int):
         super().__init__()
         self.A = nn.Parameter(0.9 * torch.eye(latent_dim))
         self.b = nn.Parameter(torch.zeros(latent_dim))
         self.log_q_g = nn.Parameter(torch.full((latent_dim,), math.log(0.1)))
-        self.rho_logit = nn.Parameter(torch.tensor(2.0))  # rho = 0.999 sigmoid(.) ~ 0.88
-        self.log_q_u = nn.Parameter(torch.tensor(math.log(0.01)))
-
-    @property
-    def rho(self):
-        return 0.999 * torch.sigmoid(self.rho_logit)
+        self.log_q_u = nn.Parameter(torch.tensor(math.log(1e-4)))
+        self.log_q_j = nn.Parameter(torch.tensor(math.log(0.25)))
+        self.jump_logit = nn.Parameter(torch.tensor(-6.0))  # p_j ~ 0.25 %: the data must ask for more
+        self.log_p0_u = nn.Parameter(torch.tensor(math.log(0.01)))
 
     @property
     def q_g(self):
         return self.log_q_g.exp()
 
     @property
-    def q_u(self):
-        return self.log_q_u.exp()
+    def p0_u(self):
+        return self.log_p0_u.exp()
 
-    def stationary_var_u(self):
-        return self.q_u / (1 - self.rho**2)
+    def predict_g(self, s: FilterState):
+        """Moments of p(g_t | x_{1:t-1}): mean and the diagonal of A Sigma A^T + Q."""
+        return s.mu_g @ self.A.T + self.b, s.var_g @ (self.A**2).T + self.q_g
 
-    def predict(self, s: FilterState):
-        """Moments of p(z_t | x_{1:t-1}) (the one-step predictive): means and variances."""
-        mu_g = s.mu_g @ self.A.T + self.b
-        var_g = s.var_g @ (self.A**2).T + self.q_g  # diagonal of A Sigma A^T + Q
-        mu_u = self.rho * s.mu_u
-        var_u = self.rho**2 * s.var_u + self.q_u
-        return mu_g, var_g, mu_u, var_u
+    def u_regimes(self):
+        """Step variances (q_u, q_j) and log probabilities (log(1 - p_j), log p_j) of u's regimes."""
+        step = torch.stack([self.log_q_u, self.log_q_j]).exp()
+        log_w = torch.stack([F.logsigmoid(-self.jump_logit), F.logsigmoid(self.jump_logit)])
+        return step, log_w
 
-    def log_prior(self, prev: FilterState, new: FilterState):
-        """E_q[log p(z_t | z_{t-1})] under q(z_{t-1}) q(z_t), per sequence (analytic)."""
-        g = gaussian_cross_entropy(new.mu_g, new.var_g, prev.mu_g @ self.A.T + self.b,
-                                   prev.var_g @ (self.A**2).T, self.q_g)
-        u = gaussian_cross_entropy(new.mu_u, new.var_u, self.rho * prev.mu_u,
-                                   self.rho**2 * prev.var_u, self.q_u)
-        return g + u
+    def log_prior_g(self, prev: FilterState, mu_g, var_g):
+        """E_q[log p(g_t | g_{t-1})] under q(g_{t-1}) q(g_t), per sequence (analytic)."""
+        return gaussian_cross_entropy(mu_g, var_g, prev.mu_g @ self.A.T + self.b,
+                                      prev.var_g @ (self.A**2).T, self.q_g)
 
 
 class Emitter(nn.Module):
-    """p(x~_{t,w} | z_t): loc = f(g_t, e_w) + u_{t,w}, scale = s(g_t, e_w), family ``emission``.
+    """p(v_{t,w} | z_t): the normal part N(f + u, s^2) or a stall N(f + u + delta, s^2 + s_st^2).
 
     h = tanh(W_1 g + c_1);  f(g, e) = (W_f [h, g] + c_f)^T [e, 1];
-    s(g, e) = softplus((W_s h + c_s)^T [e, 1]).
+    s(g, e) = softplus((W_s h + c_s)^T [e, 1]); pi, delta = softplus(.) and s_st are learnt.
     """
 
     def __init__(self, latent_dim: int, worker_dim: int, hidden_dim: int, emission: str):
@@ -136,6 +189,9 @@ class Emitter(nn.Module):
         self.hidden = nn.Sequential(nn.Linear(latent_dim, hidden_dim), nn.Tanh())
         self.to_loc = nn.Linear(hidden_dim + latent_dim, worker_dim + 1)
         self.to_scale = nn.Linear(hidden_dim, worker_dim + 1)
+        self.stall_logit = nn.Parameter(torch.tensor(-6.0))  # pi ~ 0.25 %
+        self.stall_shift = nn.Parameter(torch.tensor(0.5))  # delta = softplus(.) ~ 0.97
+        self.stall_log_scale = nn.Parameter(torch.tensor(math.log(0.5)))
         with torch.no_grad():  # start near x~ = 1 with a 10 % spread
             self.to_loc.bias[-1] = 0.0 if emission == "lognormal" else 1.0
             self.to_scale.bias[-1] = -2.2
@@ -148,30 +204,28 @@ class Emitter(nn.Module):
         loc = self.to_loc(torch.cat([h, g], -1)) @ e.T
         return loc, F.softplus(self.to_scale(h) @ e.T) + 1e-3
 
+    def stall_parts(self):
+        """Shifts (0, delta), added variances (0, s_st^2), log weights (log(1 - pi), log pi)."""
+        zero = torch.zeros(())
+        shift = torch.stack([zero, F.softplus(self.stall_shift)])
+        var = torch.stack([zero, (2 * self.stall_log_scale).exp()])
+        log_w = torch.stack([F.logsigmoid(-self.stall_logit), F.logsigmoid(self.stall_logit)])
+        return shift, var, log_w
+
     def space(self, x: torch.Tensor) -> torch.Tensor:
         """The space the family is Gaussian in: log x~ (lognormal) or x~ (gaussian)."""
         return x.log() if self.emission == "lognormal" else x
 
-    def log_prob(self, x, loc, scale, censored):
-        """log p(x~ | loc, scale) per worker; log P(x~ > tau~) where censored (x holds tau~)."""
-        v = self.space(x)
-        z = (v - loc) / scale
-        density = -0.5 * (LOG_2PI + z**2) - scale.log()
-        if self.emission == "lognormal":
-            density = density - v  # Jacobian of log: a density over x~, comparable to gaussian's
-        return torch.where(censored, torch.special.log_ndtr(-z), density)
-
-    def sample(self, loc, scale, generator=None):
-        v = loc + scale * torch.randn(loc.shape, generator=generator)
+    def unspace(self, v: torch.Tensor) -> torch.Tensor:
         return v.exp() if self.emission == "lognormal" else v.clamp_min(MIN_X)
 
 
 class InferenceNetwork(nn.Module):
-    """q(z_t | x_{1:t}), the amortised filter (see the module docstring for the recursion).
+    """q(g_t | x_{1:t}), the amortised filter of the cluster part.
 
-    phi encodes each worker's (y, censored flag, e_w) with a shared MLP and is mean-pooled over
-    workers, so the network serves any n; a GRU cell carries h_t; a DMM-style combiner gives
-    q(g_t); a small shared MLP psi gives each worker's q(u_{t,w}) from its residual.
+    phi encodes each worker's (log x~, censored flag, e_w) with a shared MLP and is mean-pooled
+    over workers, so the network serves any n; a GRU cell carries h_t; a DMM-style combiner gives
+    q(g_t). The worker part's posterior is analytic (``worker_update``).
     """
 
     def __init__(self, latent_dim: int, worker_dim: int, hidden_dim: int):
@@ -182,9 +236,6 @@ class InferenceNetwork(nn.Module):
         self.prior_to_hidden = nn.Linear(latent_dim, hidden_dim)
         self.hidden_to_loc = nn.Linear(hidden_dim, latent_dim)
         self.hidden_to_scale = nn.Linear(hidden_dim, latent_dim)
-        self.psi = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 2))
-        with torch.no_grad():
-            self.psi[-1].bias[1] = -3.0  # small per-worker posterior spread at the start
 
     def summarise(self, h, y, censored, embedding):
         """h_t = GRU(h_{t-1}, mean_w phi(y_w, c_w, e_w))."""
@@ -199,11 +250,31 @@ class InferenceNetwork(nn.Module):
         mu = prior_mu_g + self.hidden_to_loc(hc)
         return mu, F.softplus(self.hidden_to_scale(hc)) ** 2 + 1e-6
 
-    def combine_u(self, prior_mu_u, prior_var_u, residual, censored, log_scale):
-        """q(u_{t,w}): prior mean plus a learnt correction (an amortised Kalman update)."""
-        out = self.psi(torch.stack(
-            [prior_mu_u, prior_var_u.log(), residual, censored.float(), log_scale], -1))
-        return prior_mu_u + out[..., 0], F.softplus(out[..., 1]) ** 2 + 1e-6
+
+def worker_update(mix: Mixture, mu_u: torch.Tensor, v: torch.Tensor, censored: torch.Tensor):
+    """Posterior of u_{t,w} after v_{t,w} (or after v > v where censored), moment-matched to one
+    Gaussian, and log p(v) (or log P(V > v)): assumed-density filtering through ``mix``.
+
+    Per component k with mean m_k, variance V_k and prior variance P_k of u, the gain is
+    K_k = P_k / V_k. Observed v: mean mu + K_k (v - m_k), variance P_k (1 - K_k). Censored
+    (v > a): with alpha = (a - m_k) / sqrt V_k and lambda = phi(alpha) / (1 - Phi(alpha)) (the
+    inverse Mills ratio), mean mu + K_k sqrt(V_k) lambda, variance P_k (1 - K_k lambda (lambda -
+    alpha)), the truncated normal's moments. The components are weighted by their posterior
+    probabilities r_k and collapsed: mean sum r_k mu_k, variance sum r_k (P_k + mu_k^2) - mean^2.
+    """
+    sd = mix.var.sqrt()
+    alpha = (v - mix.mean) / sd
+    log_tail = torch.special.log_ndtr(-alpha)
+    lam = torch.exp(-0.5 * (LOG_2PI + alpha**2) - log_tail)
+    gain = mix.u_var / mix.var
+    mu = mu_u + gain * torch.where(censored, sd * lam, v - mix.mean)
+    shrink = torch.where(censored, lam * (lam - alpha), torch.ones_like(alpha))
+    var = mix.u_var * (1 - gain * shrink).clamp_min(1e-6)
+    log_joint = mix.log_w + torch.where(censored, log_tail,
+                                        -0.5 * (LOG_2PI + alpha**2) - sd.log())
+    r = torch.softmax(log_joint, 0)
+    mean = (r * mu).sum(0)
+    return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8)
 
 
 def impute(x: torch.Tensor, censored: torch.Tensor, generator=None) -> torch.Tensor:
@@ -234,55 +305,75 @@ class RuntimeModel(nn.Module):
         self.inference = InferenceNetwork(config.latent_dim, config.worker_dim, config.hidden_dim)
 
     def initial_state(self, batch: int) -> FilterState:
-        """z_0: g_0 ~ N(0, I), u_0 at the stationary spread of the worker part."""
+        """z_0: g_0 ~ N(0, I), u_0 ~ N(0, p_0)."""
         d, n = self.config.latent_dim, self.n_workers
         return FilterState(
             h=torch.zeros(batch, self.config.hidden_dim), mu_g=torch.zeros(batch, d),
             var_g=torch.ones(batch, d), mu_u=torch.zeros(batch, n),
-            var_u=self.transition.stationary_var_u().expand(batch, n),
+            var_u=self.transition.p0_u.expand(batch, n),
         )
 
-    def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor) -> FilterState:
+    def parts(self) -> Parts:
+        return Parts(*self.transition.u_regimes(), *self.emitter.stall_parts())
+
+    def emission(self, g: torch.Tensor, u: torch.Tensor, parts: Parts | None = None) -> Mixture:
+        """p(v_t | g_t, u_t): the emitter's normal and stall parts at level f(g, e_w) + u."""
+        parts = parts or self.parts()
+        loc, scale = self.emitter(g, self.embedding)
+        shift, stall_var, log_w = (stack(a, loc) for a in (parts.shift, parts.stall_var,
+                                                           parts.log_w_e))
+        return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift))
+
+    def mixture(self, g: torch.Tensor, mu_u: torch.Tensor, var_u: torch.Tensor,
+                parts: Parts | None = None) -> Mixture:
+        """p(v_t | g_t, x_{1:t-1}): u_t's two regimes times the emitter's two parts (regime-major),
+        given q(u_{t-1}) = N(mu_u, var_u) and the cluster state g (..., d)."""
+        parts = parts or self.parts()
+        part = self.emission(g, mu_u, parts)
+        step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
+        u_var = (var_u + step).repeat_interleave(2, 0)
+        return Mixture(part.mean.repeat(2, *([1] * mu_u.dim())), u_var + part.var.repeat(
+            2, *([1] * mu_u.dim())), (log_w_u[:, None] + part.log_w[None]).flatten(0, 1), u_var)
+
+    def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
+             parts: Parts | None = None) -> FilterState:
         """One filtering step: q(z_t | x_{1:t}) from q(z_{t-1} | x_{1:t-1}) and x_t (B, n),
-        normalised; where ``censored``, x holds the cutoff time tau~ instead."""
-        prior_mu_g, _, prior_mu_u, prior_var_u = self.transition.predict(s)
+        normalised; where ``censored``, x holds the cutoff time tau~ instead. ``parts``: the
+        model's scalar parameters, when the caller has them already (``Predictor``)."""
         h = self.inference.summarise(s.h, x.log(), censored, self.embedding)
-        mu_g, var_g = self.inference.combine_g(prior_mu_g, h)
-        loc, scale = self.emitter(mu_g, self.embedding)
-        residual = (self.emitter.space(x) - loc - prior_mu_u) / scale
-        mu_u, var_u = self.inference.combine_u(prior_mu_u, prior_var_u, residual, censored,
-                                               scale.log())
+        mu_g, var_g = self.inference.combine_g(self.transition.predict_g(s)[0], h)
+        mix = self.mixture(mu_g, s.mu_u, s.var_u, parts)
+        mu_u, var_u = worker_update(mix, s.mu_u, self.emitter.space(x), censored)
         return FilterState(h, mu_g, var_g, mu_u, var_u)
 
     def elbo(self, x: torch.Tensor, censored: torch.Tensor, generator=None,
              seen: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """The ELBO per sequence of x (B, T, n), normalised (see the module docstring).
+        """The objective per sequence of x (B, T, n), normalised (see the module docstring).
 
-        ``seen`` = (x', censored') is what the inference network filters on (default: x itself).
-        Any q gives a lower bound, so q may see a more censored view of x than the likelihood
-        scores: that teaches the filter the censored observations it gets in deployment.
+        ``seen`` = (x', censored') is what the filter runs on (default: x itself) while the
+        likelihood scores x: a more censored view teaches the filter the observations it gets in
+        deployment, and the score asks it to forecast the truth from them.
         """
         seen_x, seen_censored = seen if seen is not None else (x, censored)
         s = self.initial_state(x.shape[0])
         total = torch.zeros(x.shape[0])
+        jacobian = self.emitter.emission == "lognormal"
         for t in range(x.shape[1]):
             new = self.step(s, seen_x[:, t], seen_censored[:, t])
             g = new.mu_g + new.var_g.sqrt() * torch.randn(new.mu_g.shape, generator=generator)
-            u = new.mu_u + new.var_u.sqrt() * torch.randn(new.mu_u.shape, generator=generator)
-            loc, scale = self.emitter(g, self.embedding)
-            loglik = self.emitter.log_prob(x[:, t], loc + u, scale, censored[:, t]).sum(-1)
-            total = total + loglik + self.transition.log_prior(s, new)
-            total = total + gaussian_entropy(new.var_g) + gaussian_entropy(new.var_u)
+            mix = self.mixture(g, s.mu_u, s.var_u)
+            loglik = mix.log_prob(self.emitter.space(x[:, t]), censored[:, t], jacobian)
+            total = total + loglik.sum(-1) + self.transition.log_prior_g(s, new.mu_g, new.var_g)
+            total = total + gaussian_entropy(new.var_g)
             s = new
         return total
 
-    def predictive(self, s: FilterState, samples: int, generator=None):
-        """p(x~_{t+1} | x_{1:t}) given z_{t+1}'s cluster part: S draws of g_{t+1} and, per draw,
-        each worker's (loc, scale) with u_{t+1,w} integrated out (it is Gaussian and additive)."""
-        mu_g, var_g, mu_u, var_u = self.transition.predict(s)
+    def predictive(self, s: FilterState, samples: int, generator=None) -> Mixture:
+        """p(v_{t+1} | x_{1:t}) as S draws of g_{t+1}, each with every worker's exact mixture
+        (u_{t+1} integrated out): a Mixture of shape (4, S, n)."""
+        mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
-        loc, scale = self.emitter(g, self.embedding)
-        return loc + mu_u, (scale**2 + var_u).sqrt()
+        return self.mixture(g, s.mu_u, s.var_u)
 
     def predictor(self, samples: int | None = None, seed: int = 0) -> Predictor:
         return Predictor(self, samples or self.config.samples, seed)
@@ -292,14 +383,15 @@ class RuntimeModel(nn.Module):
         """Ancestral sampling from the generative model: a synthetic trace of ``iterations``."""
         gen = torch.Generator().manual_seed(seed)
         tr = self.transition
+        step, _ = tr.u_regimes()
         g = torch.randn((1, self.config.latent_dim), generator=gen)
-        u = tr.stationary_var_u().sqrt() * torch.randn((1, self.n_workers), generator=gen)
+        u = tr.p0_u.sqrt() * torch.randn((1, self.n_workers), generator=gen)
         rows = []
         for _ in range(iterations):
             g = g @ tr.A.T + tr.b + tr.q_g.sqrt() * torch.randn(g.shape, generator=gen)
-            u = tr.rho * u + tr.q_u.sqrt() * torch.randn(u.shape, generator=gen)
-            loc, scale = self.emitter(g, self.embedding)
-            rows.append(self.emitter.sample(loc + u, scale, gen))
+            jump = torch.rand(u.shape, generator=gen) < torch.sigmoid(tr.jump_logit)
+            u = u + step[jump.long()].sqrt() * torch.randn(u.shape, generator=gen)
+            rows.append(self.emitter.unspace(self.emission(g, u).sample(gen)))
         runtimes = torch.cat(rows).double().numpy() * self.scale_s
         return from_arrays(runtimes, meta={"source": "model-sample", "time_unit": self.time_unit,
                                            "seed": seed})
@@ -315,30 +407,54 @@ class Predictor:
     """Online posterior predictive of the next iteration's run-times from censored observations.
 
     ``observe`` runs one filtering step on what the server saw (accepted run-times, and tau for
-    the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them.
+    the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them, with S
+    at least ``samples`` and at least DRAW_BUDGET / n.
     """
 
     def __init__(self, model: RuntimeModel, samples: int, seed: int):
-        self.model, self.samples = model.eval(), samples
+        self.model = model.eval()
+        self.samples = max(samples, -(-DRAW_BUDGET // model.n_workers))
         self.generator = torch.Generator().manual_seed(seed)
         self.impute = model.config.censoring == "impute"
-        with torch.no_grad():
+        with torch.inference_mode():
             self.state = model.initial_state(1)
+            self.parts = model.parts()
+            self.p_jump, self.p_stall = float(self.parts.log_w_u[1].exp()), float(
+                self.parts.log_w_e[1].exp())
+            parts = self.parts
+            self.constants = (float(parts.step[0]), float(parts.step[1]), float(parts.shift[1]),
+                              float(parts.stall_var[1]))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def observe(self, obs: Observation) -> None:
         seen = torch.as_tensor(obs.runtimes, dtype=torch.float32)
         censored = seen.isnan()
         x = torch.where(censored, obs.cutoff_time, seen) / self.model.scale_s
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
-        self.state = self.model.step(self.state, x[None], censored[None])
+        self.state = self.model.step(self.state, x[None], censored[None], self.parts)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def draws(self) -> torch.Tensor:
-        """S joint draws of x_{t+1} (S, n), in seconds."""
-        loc, scale = self.model.predictive(self.state, self.samples, self.generator)
-        return self.model.emitter.sample(loc, scale, self.generator) * self.model.scale_s
+        """S joint draws of x_{t+1} (S, n), in seconds: g_{t+1} from the transition, then per
+        worker its regime and stall indicators and one Gaussian (cheaper than ``Mixture.sample``
+        over all four components, which it equals in distribution)."""
+        model, s, gen = self.model, self.state, self.generator
+        mu_g, var_g = model.transition.predict_g(s)
+        g = mu_g + var_g.sqrt() * torch.randn((self.samples, mu_g.shape[-1]), generator=gen)
+        loc, scale = model.emitter(g, model.embedding)
+        # one uniform decides both indicators: jump = w < p_j, and w rescaled to U(0, 1) within
+        # its branch decides the stall (independent of the jump, as in the model)
+        q_u, q_j, delta, stall_var = self.constants
+        w = torch.rand(loc.shape, generator=gen)
+        jump = w < self.p_jump
+        w = torch.where(jump, w / self.p_jump, (w - self.p_jump) / (1 - self.p_jump))
+        stall = w < self.p_stall
+        var = scale.square_().add_(s.var_u).add_(torch.where(jump, q_j, q_u))
+        var = torch.where(stall, var + stall_var, var)
+        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(s.mu_u)
+        v = torch.where(stall, v + delta, v)
+        return model.emitter.unspace(v) * model.scale_s
 
     def expected_order_stats(self) -> np.ndarray:
         """E[x_(c)], c = 1..n, in seconds: the mean of the sorted joint draws."""

@@ -1,10 +1,12 @@
-# Stage 3: replay each trace's test part under every cutoff policy (both decision rules).
+# Stage 3: replay each trace's test part under every cutoff policy (both decision rules); the
+# learning policies first see the training part, as the server that gathered it would have.
 
 
 rule throughput:
     input:
         config=CONFIG_FILE,
         trace=f"{RESULTS}/traces/{{trace}}/test.parquet",
+        history=f"{RESULTS}/traces/{{trace}}/train.parquet",
         model=lambda wc: model_input(wc.trace, config["throughput"]["policies"]),
     output:
         json=f"{RESULTS}/throughput/{{trace}}/throughput.json",
@@ -18,4 +20,5 @@ rule throughput:
         "../../environment.yml"
     shell:
         "bdsgd throughput {input.trace} --policies {params.policies} {params.model} --rule both "
-        "--config {input.config} --json {output.json} --decisions {output.decisions} > {log} 2>&1"
+        "--history {input.history} --config {input.config} --json {output.json} "
+        "--decisions {output.decisions} > {log} 2>&1"
