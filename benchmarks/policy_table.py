@@ -7,13 +7,14 @@ every policy under both decision rules on the second half with
 the exact hindsight ``oracle`` and, on simulated traces, to ``bayes`` (the better of its two
 rules), which draws from the simulator's true dynamics given its true latent state.
 
-    .venv/bin/python benchmarks/policy_table.py [--workers 32] [--iterations 2000] [--epochs 30]
+    .venv/bin/python benchmarks/policy_table.py [--workers 32] [--iterations 2000] [--epochs 100]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from bdsgd.traces.io import write_trace
 from bdsgd.traces.simulate import simulate, truth_path, write_truth
 
 REPO = Path(__file__).resolve().parents[1]
+REFERENCE_ITERATIONS = 500  # --epochs is for a training part this long
 SCENARIOS = ("calm", "emerging-straggler", "node-contention", "load-shift", "mixed")
 POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "explore-bdsgd",
             "oracle-myopic", "async"]
@@ -67,7 +69,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=32, help="workers of the simulated traces")
     parser.add_argument("--iterations", type=int, default=2000,
                         help="iterations of the simulated traces (half trains the model)")
-    parser.add_argument("--epochs", type=int, default=30, help="run-time model training epochs")
+    parser.add_argument("--epochs", type=int, default=100,
+                        help="run-time model training epochs for a 500-iteration training part "
+                             "(a shorter one gets proportionally more)")
     parser.add_argument("--model", nargs="*", default=[], metavar="KEY=VALUE",
                         help="run-time model settings over the config's defaults, e.g. batch_size=2")
     parser.add_argument("--cold", action="store_true",
@@ -94,13 +98,17 @@ def main() -> None:
         if truth is not None:
             write_truth(truth, truth_path(f"{stem}_test.parquet"))
         start = time.perf_counter()
+        # the same training compute (epochs x iterations) and Adam steps for every trace: a
+        # short training part (the Alibaba jobs: 150 and 119 iterations) gets more epochs
+        epochs = max(args.epochs, round(args.epochs * REFERENCE_ITERATIONS / train.n_iterations))
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, epochs=epochs))
         with contextlib.redirect_stdout(io.StringIO()):
             model = train_model(train, cfg.model, seed=args.seed, out=f"{stem}_model.pt",
                                 progress=False, config=cfg)
             rows = run_benchmark(f"{stem}_test.parquet", policies, model_path=model, rule="both",
                                  cfg=cfg, history_path=None if args.cold else
                                  f"{stem}_train.parquet")["policies"]
-        print(f"{name}: n={trace.n_workers}, {test.n_iterations} test iterations, "
+        print(f"{name}: n={trace.n_workers}, {test.n_iterations} test iterations, {epochs} epochs, "
               f"{time.perf_counter() - start:.0f} s", flush=True)
         bayes = max((rows[f"bayes/{r}"]["gradients_per_s"] for r in ("ratio", "rate")
                      if f"bayes/{r}" in rows), default=None)

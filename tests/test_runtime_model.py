@@ -245,9 +245,10 @@ def test_worker_update_matches_numerical_integration(v, censored):
     p = torch.tensor([0.01, 0.01, 0.3, 0.3])  # prior variance of u: stay / jump regime
     r = torch.tensor([0.04, 0.2, 0.04, 0.2])  # emitter variance: normal / stall
     w = torch.tensor([0.9, 0.05, 0.04, 0.01])
-    mix = Mixture((mu + c)[:, None], (p + r)[:, None], w.log()[:, None], p[:, None])
+    mix = Mixture((mu + c)[:, None], (p + r)[:, None], w.log()[:, None], p[:, None],
+                  torch.tensor([mu]))
     flag = torch.tensor([censored])
-    mean, var = worker_update(mix, torch.tensor([mu]), torch.tensor([v]), flag)
+    mean, var = worker_update(mix, torch.tensor([v]), flag)
 
     u = np.linspace(-5, 5, 200_001)
     prior = [np.exp(-0.5 * (u - mu) ** 2 / pk) / np.sqrt(2 * np.pi * pk) for pk in p.numpy()]

@@ -10,15 +10,18 @@ shared by all workers, its dynamics), a worker part u_t in R^n (each worker's ow
 node, a straggler) and a regime k_{t,w} in {stay, jump} per worker::
 
     g_t     ~ N(A g_{t-1} + b, diag q_g)                                       (Transition)
-    u_{t,w} ~ N(u_{t-1,w}, q_u)  if k_{t,w} = stay,  N(u_{t-1,w}, q_j) if jump, P(jump) = p_j
+    u_{t,w} ~ N(rho u_{t-1,w}, q_u)  if k_{t,w} = stay,  N(rho u_{t-1,w}, q_j) if jump, P(jump) = p_j
     v_{t,w} | z_t ~ (1 - pi) N(f(g_t, e_w) + u_{t,w}, s^2)                     (Emitter)
                     + pi N(f(g_t, e_w) + u_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w)
 
-independently over w given z_t. u is a random walk with occasional jumps: a worker that turned
-slow stays slow in the forecast while it is cut off and unobserved, and a contention episode or
-a load the training trace never had is followed in one iteration (the jump) rather than shrunk
-away. The emitter's second part is a transient stall (probability pi, shift delta > 0): a heavy
-right tail that a single Gaussian could only fake by widening everyone's spread. e_w is worker
+independently over w given z_t. u is a slowly mean-reverting walk (rho near 1, learnt) with
+occasional jumps: a worker that turned slow stays slow in the forecast while it is cut off and
+unobserved, yet not for ever (a censored run-time says little once the worker is believed slow,
+so without the pull back to its usual level f(g, e_w) a worker that recovered while cut off
+would never be tried again), and a contention episode or a load the training trace never had is
+followed in one iteration (the jump) rather than shrunk away. The emitter's second part is a
+transient stall (probability pi, shift delta > 0): a heavy right tail that a single Gaussian
+could only fake by widening everyone's spread. e_w is worker
 w's identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any
 n and a pass over S draws x n workers is two matrix products.
 
@@ -89,6 +92,7 @@ class Mixture:
     var: torch.Tensor  # (K, ..., n)
     log_w: torch.Tensor  # (K, 1, ...) broadcastable
     u_var: torch.Tensor  # (K, ..., n)  prior variance of u in component k
+    u_mean: torch.Tensor  # (..., n)  prior mean of u (the same in every component)
 
     def log_prob(self, v: torch.Tensor, censored: torch.Tensor, jacobian: bool) -> torch.Tensor:
         """log p(v) per worker, or log P(V > v) where censored; ``jacobian`` subtracts v (a
@@ -116,6 +120,7 @@ class Parts:
 
     step: torch.Tensor  # (q_u, q_j)
     log_w_u: torch.Tensor  # (log(1 - p_j), log p_j)
+    rho: torch.Tensor  # () u's pull back to the worker's usual level
     shift: torch.Tensor  # (0, delta)
     stall_var: torch.Tensor  # (0, s_st^2)
     log_w_e: torch.Tensor  # (log(1 - pi), log pi)
@@ -137,8 +142,8 @@ def gaussian_entropy(var):
 
 
 class Transition(nn.Module):
-    """p(z_t | z_{t-1}): g_t ~ N(A g_{t-1} + b, diag q_g); u_{t,w} a random walk of step
-    variance q_u, or q_j with probability p_j (a jump); u_0 ~ N(0, p_0)."""
+    """p(z_t | z_{t-1}): g_t ~ N(A g_{t-1} + b, diag q_g); u_{t,w} ~ N(rho u_{t-1,w}, q_u), or
+    of variance q_j with probability p_j (a jump); u_0 ~ N(0, p_0)."""
 
     def __init__(self, latent_dim: int):
         super().__init__()
@@ -149,6 +154,11 @@ class Transition(nn.Module):
         self.log_q_j = nn.Parameter(torch.tensor(math.log(0.25)))
         self.jump_logit = nn.Parameter(torch.tensor(-6.0))  # p_j ~ 0.25 %: the data must ask for more
         self.log_p0_u = nn.Parameter(torch.tensor(math.log(0.01)))
+        self.rho_logit = nn.Parameter(torch.tensor(4.6))  # rho = sigmoid(.) ~ 0.99
+
+    @property
+    def rho(self):
+        return torch.sigmoid(self.rho_logit)
 
     @property
     def q_g(self):
@@ -251,7 +261,7 @@ class InferenceNetwork(nn.Module):
         return mu, F.softplus(self.hidden_to_scale(hc)) ** 2 + 1e-6
 
 
-def worker_update(mix: Mixture, mu_u: torch.Tensor, v: torch.Tensor, censored: torch.Tensor):
+def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
     """Posterior of u_{t,w} after v_{t,w} (or after v > v where censored), moment-matched to one
     Gaussian, and log p(v) (or log P(V > v)): assumed-density filtering through ``mix``.
 
@@ -267,7 +277,7 @@ def worker_update(mix: Mixture, mu_u: torch.Tensor, v: torch.Tensor, censored: t
     log_tail = torch.special.log_ndtr(-alpha)
     lam = torch.exp(-0.5 * (LOG_2PI + alpha**2) - log_tail)
     gain = mix.u_var / mix.var
-    mu = mu_u + gain * torch.where(censored, sd * lam, v - mix.mean)
+    mu = mix.u_mean + gain * torch.where(censored, sd * lam, v - mix.mean)
     shrink = torch.where(censored, lam * (lam - alpha), torch.ones_like(alpha))
     var = mix.u_var * (1 - gain * shrink).clamp_min(1e-6)
     log_joint = mix.log_w + torch.where(censored, log_tail,
@@ -314,7 +324,8 @@ class RuntimeModel(nn.Module):
         )
 
     def parts(self) -> Parts:
-        return Parts(*self.transition.u_regimes(), *self.emitter.stall_parts())
+        return Parts(*self.transition.u_regimes(), self.transition.rho,
+                     *self.emitter.stall_parts())
 
     def emission(self, g: torch.Tensor, u: torch.Tensor, parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, u_t): the emitter's normal and stall parts at level f(g, e_w) + u."""
@@ -322,18 +333,19 @@ class RuntimeModel(nn.Module):
         loc, scale = self.emitter(g, self.embedding)
         shift, stall_var, log_w = (stack(a, loc) for a in (parts.shift, parts.stall_var,
                                                            parts.log_w_e))
-        return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift))
+        return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift), u)
 
     def mixture(self, g: torch.Tensor, mu_u: torch.Tensor, var_u: torch.Tensor,
                 parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, x_{1:t-1}): u_t's two regimes times the emitter's two parts (regime-major),
         given q(u_{t-1}) = N(mu_u, var_u) and the cluster state g (..., d)."""
         parts = parts or self.parts()
-        part = self.emission(g, mu_u, parts)
+        part = self.emission(g, parts.rho * mu_u, parts)
         step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
-        u_var = (var_u + step).repeat_interleave(2, 0)
+        u_var = (parts.rho**2 * var_u + step).repeat_interleave(2, 0)
         return Mixture(part.mean.repeat(2, *([1] * mu_u.dim())), u_var + part.var.repeat(
-            2, *([1] * mu_u.dim())), (log_w_u[:, None] + part.log_w[None]).flatten(0, 1), u_var)
+            2, *([1] * mu_u.dim())), (log_w_u[:, None] + part.log_w[None]).flatten(0, 1), u_var,
+            part.u_mean)
 
     def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
              parts: Parts | None = None) -> FilterState:
@@ -343,7 +355,7 @@ class RuntimeModel(nn.Module):
         h = self.inference.summarise(s.h, x.log(), censored, self.embedding)
         mu_g, var_g = self.inference.combine_g(self.transition.predict_g(s)[0], h)
         mix = self.mixture(mu_g, s.mu_u, s.var_u, parts)
-        mu_u, var_u = worker_update(mix, s.mu_u, self.emitter.space(x), censored)
+        mu_u, var_u = worker_update(mix, self.emitter.space(x), censored)
         return FilterState(h, mu_g, var_g, mu_u, var_u)
 
     def elbo(self, x: torch.Tensor, censored: torch.Tensor, generator=None,
@@ -390,7 +402,7 @@ class RuntimeModel(nn.Module):
         for _ in range(iterations):
             g = g @ tr.A.T + tr.b + tr.q_g.sqrt() * torch.randn(g.shape, generator=gen)
             jump = torch.rand(u.shape, generator=gen) < torch.sigmoid(tr.jump_logit)
-            u = u + step[jump.long()].sqrt() * torch.randn(u.shape, generator=gen)
+            u = tr.rho * u + step[jump.long()].sqrt() * torch.randn(u.shape, generator=gen)
             rows.append(self.emitter.unspace(self.emission(g, u).sample(gen)))
         runtimes = torch.cat(rows).double().numpy() * self.scale_s
         return from_arrays(runtimes, meta={"source": "model-sample", "time_unit": self.time_unit,
@@ -423,7 +435,7 @@ class Predictor:
                 self.parts.log_w_e[1].exp())
             parts = self.parts
             self.constants = (float(parts.step[0]), float(parts.step[1]), float(parts.shift[1]),
-                              float(parts.stall_var[1]))
+                              float(parts.stall_var[1]), float(parts.rho))
 
     @torch.inference_mode()
     def observe(self, obs: Observation) -> None:
@@ -445,14 +457,14 @@ class Predictor:
         loc, scale = model.emitter(g, model.embedding)
         # one uniform decides both indicators: jump = w < p_j, and w rescaled to U(0, 1) within
         # its branch decides the stall (independent of the jump, as in the model)
-        q_u, q_j, delta, stall_var = self.constants
+        q_u, q_j, delta, stall_var, rho = self.constants
         w = torch.rand(loc.shape, generator=gen)
         jump = w < self.p_jump
         w = torch.where(jump, w / self.p_jump, (w - self.p_jump) / (1 - self.p_jump))
         stall = w < self.p_stall
-        var = scale.square_().add_(s.var_u).add_(torch.where(jump, q_j, q_u))
+        var = scale.square_().add_(rho**2 * s.var_u).add_(torch.where(jump, q_j, q_u))
         var = torch.where(stall, var + stall_var, var)
-        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(s.mu_u)
+        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(rho * s.mu_u)
         v = torch.where(stall, v + delta, v)
         return model.emitter.unspace(v) * model.scale_s
 
