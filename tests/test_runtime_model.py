@@ -291,3 +291,16 @@ def test_a_straggler_cut_off_stays_slow_in_the_forecast(trained):
         pred.observe(observation(t, x[t], 8 if t <= 21 else 7, 0.0))
     draws = np.median(pred.draws().numpy(), axis=0) / model.scale_s
     assert draws[0] > 2.5 * np.median(draws[1:])
+
+
+def test_a_change_larger_than_training_ever_had_is_followed(trained):
+    """The trained cluster never had a worker 7x slower. Seen that slow for 5 iterations, the
+    forecast follows it (the reset regime), rather than explaining every one away as a stall."""
+    model = load_model(trained)
+    pred = model.predictor(samples=2000, seed=0)
+    x = np.exp(np.random.default_rng(5).normal(0, 0.05, (25, 8)))
+    x[20:, 0] *= 7.0
+    for t in range(25):
+        pred.observe(observation(t, x[t], 8, 0.0))
+    draws = np.median(pred.draws().numpy(), axis=0)
+    assert draws[0] > 4.0 * np.median(draws[1:])

@@ -7,23 +7,24 @@ paper's; draws below zero are clamped to a tiny positive).
 
 Generative model. The latent state z_t = (g_t, u_t, k_t) has a cluster part g_t in R^d (load
 shared by all workers, its dynamics), a worker part u_t in R^n (each worker's own level: a slow
-node, a straggler) and a regime k_{t,w} in {stay, jump} per worker::
+node, a straggler) and a regime k_{t,w} in {stay, jump, reset} per worker::
 
     g_t     ~ N(A g_{t-1} + b, diag q_g)                                       (Transition)
-    u_{t,w} ~ N(rho u_{t-1,w}, q_u)  if k_{t,w} = stay,  N(rho u_{t-1,w}, q_j) if jump, P(jump) = p_j
+    u_{t,w} ~ N(u_{t-1,w}, q_k),  k_{t,w} in {stay, jump, reset} w.p. (1 - p_j, p_j) (1 - p_r), p_r
     v_{t,w} | z_t ~ (1 - pi) N(f(g_t, e_w) + u_{t,w}, s^2)                     (Emitter)
                     + pi N(f(g_t, e_w) + u_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w)
 
-independently over w given z_t. u is a slowly mean-reverting walk (rho near 1, learnt) with
-occasional jumps: a worker that turned slow stays slow in the forecast while it is cut off and
-unobserved, yet not for ever (a censored run-time says little once the worker is believed slow,
-so without the pull back to its usual level f(g, e_w) a worker that recovered while cut off
-would never be tried again), and a contention episode or a load the training trace never had is
-followed in one iteration (the jump) rather than shrunk away. The emitter's second part is a
-transient stall (probability pi, shift delta > 0): a heavy right tail that a single Gaussian
-could only fake by widening everyone's spread. e_w is worker
-w's identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any
-n and a pass over S draws x n workers is two matrix products.
+independently over w given z_t. u is a random walk with occasional jumps: a worker that turned
+slow stays slow in the forecast while it is cut off and unobserved, and a contention episode or a
+load the training trace never had is followed in one iteration (the jump) and kept (a pull back
+to the training-time level, tried too, forgets a load shift within tens of iterations). The
+reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either way) keeps the filter
+open to changes far larger than any the training trace had (a worker turning 7x slower), which
+the learnt parts would otherwise explain away as stall after stall. The emitter's second part is
+a transient stall (probability pi, shift delta > 0): a heavy right tail that a single Gaussian
+could only fake by widening everyone's spread. e_w is worker w's identity embedding; f and s are
+bilinear in an MLP of g_t and e_w, so one emitter serves any n and a pass over S draws x n
+workers is two matrix products.
 
 Inference (amortised, filtering online). q(z_t | x_{1:t}) costs one pass over the workers per
 iteration and no optimisation. The cluster part is a learnt recursion, as in Pyro's dmm.py::
@@ -32,7 +33,7 @@ iteration and no optimisation. The cluster part is a learnt recursion, as in Pyr
     q(g_t) = N(mu^g_t, diag sigma^g_t^2) = Combiner(A mu^g_{t-1} + b, h_t)
 
 with c = 1 for a worker cut off at tau (x~ then holds tau~). The worker part is exact given g:
-u_{t,w} is conditionally a mixture of 2 x 2 Gaussians (regime x stall) whose posterior after
+u_{t,w} is conditionally a mixture of 3 x 2 Gaussians (regime x stall) whose posterior after
 an observed v, or after the censored fact v > log tau~, is moment-matched back to one Gaussian
 (assumed-density filtering, ``worker_update``). It has no learnt part, so it behaves the same in
 states that training never visited.
@@ -69,6 +70,7 @@ MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 # small cluster gets more draws where they are cheap (E[x_(n)] of a heavy tail is noisy at S = 64)
 DRAW_BUDGET = 8192
 LOG_2PI = math.log(2 * math.pi)
+RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime (see the module docstring): fixed
 
 
 @dataclass
@@ -118,9 +120,8 @@ class Parts:
     """The scalar parameters of u's regimes and the emitter's stall, as plain tensors (2,) each:
     computed once per predictor, not once per decision."""
 
-    step: torch.Tensor  # (q_u, q_j)
-    log_w_u: torch.Tensor  # (log(1 - p_j), log p_j)
-    rho: torch.Tensor  # () u's pull back to the worker's usual level
+    step: torch.Tensor  # (q_u, q_j, q_r)
+    log_w_u: torch.Tensor  # log P(regime): stay, jump, reset
     shift: torch.Tensor  # (0, delta)
     stall_var: torch.Tensor  # (0, s_st^2)
     log_w_e: torch.Tensor  # (log(1 - pi), log pi)
@@ -142,8 +143,9 @@ def gaussian_entropy(var):
 
 
 class Transition(nn.Module):
-    """p(z_t | z_{t-1}): g_t ~ N(A g_{t-1} + b, diag q_g); u_{t,w} ~ N(rho u_{t-1,w}, q_u), or
-    of variance q_j with probability p_j (a jump); u_0 ~ N(0, p_0)."""
+    """p(z_t | z_{t-1}): g_t ~ N(A g_{t-1} + b, diag q_g); u_{t,w} ~ N(u_{t-1,w}, q_u), or
+    of variance q_j with probability p_j (a jump), or q_r with probability p_r (a reset);
+    u_0 ~ N(0, p_0)."""
 
     def __init__(self, latent_dim: int):
         super().__init__()
@@ -154,11 +156,6 @@ class Transition(nn.Module):
         self.log_q_j = nn.Parameter(torch.tensor(math.log(0.25)))
         self.jump_logit = nn.Parameter(torch.tensor(-6.0))  # p_j ~ 0.25 %: the data must ask for more
         self.log_p0_u = nn.Parameter(torch.tensor(math.log(0.01)))
-        self.rho_logit = nn.Parameter(torch.tensor(4.6))  # rho = sigmoid(.) ~ 0.99
-
-    @property
-    def rho(self):
-        return torch.sigmoid(self.rho_logit)
 
     @property
     def q_g(self):
@@ -173,9 +170,14 @@ class Transition(nn.Module):
         return s.mu_g @ self.A.T + self.b, s.var_g @ (self.A**2).T + self.q_g
 
     def u_regimes(self):
-        """Step variances (q_u, q_j) and log probabilities (log(1 - p_j), log p_j) of u's regimes."""
-        step = torch.stack([self.log_q_u, self.log_q_j]).exp()
-        log_w = torch.stack([F.logsigmoid(-self.jump_logit), F.logsigmoid(self.jump_logit)])
+        """Step variances (q_u, q_j, q_r) and log probabilities of u's regimes (stay, jump,
+        reset)."""
+        step = torch.cat([torch.stack([self.log_q_u, self.log_q_j]).exp(),
+                          torch.tensor([RESET_VAR])])
+        kept = math.log1p(-RESET_PROB)
+        log_w = torch.stack([F.logsigmoid(-self.jump_logit) + kept,
+                             F.logsigmoid(self.jump_logit) + kept,
+                             torch.tensor(math.log(RESET_PROB))])
         return step, log_w
 
     def log_prior_g(self, prev: FilterState, mu_g, var_g):
@@ -324,8 +326,7 @@ class RuntimeModel(nn.Module):
         )
 
     def parts(self) -> Parts:
-        return Parts(*self.transition.u_regimes(), self.transition.rho,
-                     *self.emitter.stall_parts())
+        return Parts(*self.transition.u_regimes(), *self.emitter.stall_parts())
 
     def emission(self, g: torch.Tensor, u: torch.Tensor, parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, u_t): the emitter's normal and stall parts at level f(g, e_w) + u."""
@@ -340,11 +341,12 @@ class RuntimeModel(nn.Module):
         """p(v_t | g_t, x_{1:t-1}): u_t's two regimes times the emitter's two parts (regime-major),
         given q(u_{t-1}) = N(mu_u, var_u) and the cluster state g (..., d)."""
         parts = parts or self.parts()
-        part = self.emission(g, parts.rho * mu_u, parts)
+        part = self.emission(g, mu_u, parts)
         step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
-        u_var = (parts.rho**2 * var_u + step).repeat_interleave(2, 0)
-        return Mixture(part.mean.repeat(2, *([1] * mu_u.dim())), u_var + part.var.repeat(
-            2, *([1] * mu_u.dim())), (log_w_u[:, None] + part.log_w[None]).flatten(0, 1), u_var,
+        k = len(parts.step)
+        u_var = (var_u + step).repeat_interleave(2, 0)
+        return Mixture(part.mean.repeat(k, *([1] * mu_u.dim())), u_var + part.var.repeat(
+            k, *([1] * mu_u.dim())), (log_w_u[:, None] + part.log_w[None]).flatten(0, 1), u_var,
             part.u_mean)
 
     def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
@@ -395,14 +397,15 @@ class RuntimeModel(nn.Module):
         """Ancestral sampling from the generative model: a synthetic trace of ``iterations``."""
         gen = torch.Generator().manual_seed(seed)
         tr = self.transition
-        step, _ = tr.u_regimes()
+        step, log_w_u = tr.u_regimes()
+        cdf = log_w_u.exp().cumsum(0)[:-1]
         g = torch.randn((1, self.config.latent_dim), generator=gen)
         u = tr.p0_u.sqrt() * torch.randn((1, self.n_workers), generator=gen)
         rows = []
         for _ in range(iterations):
             g = g @ tr.A.T + tr.b + tr.q_g.sqrt() * torch.randn(g.shape, generator=gen)
-            jump = torch.rand(u.shape, generator=gen) < torch.sigmoid(tr.jump_logit)
-            u = tr.rho * u + step[jump.long()].sqrt() * torch.randn(u.shape, generator=gen)
+            regime = (torch.rand((*u.shape, 1), generator=gen) > cdf).sum(-1)
+            u = u + step[regime].sqrt() * torch.randn(u.shape, generator=gen)
             rows.append(self.emitter.unspace(self.emission(g, u).sample(gen)))
         runtimes = torch.cat(rows).double().numpy() * self.scale_s
         return from_arrays(runtimes, meta={"source": "model-sample", "time_unit": self.time_unit,
@@ -431,11 +434,10 @@ class Predictor:
         with torch.inference_mode():
             self.state = model.initial_state(1)
             self.parts = model.parts()
-            self.p_jump, self.p_stall = float(self.parts.log_w_u[1].exp()), float(
-                self.parts.log_w_e[1].exp())
             parts = self.parts
-            self.constants = (float(parts.step[0]), float(parts.step[1]), float(parts.shift[1]),
-                              float(parts.stall_var[1]), float(parts.rho))
+            self.p_stall = float(parts.log_w_e[1].exp())
+            self.constants = (parts.step.tolist(), parts.log_w_u.exp().cumsum(0)[:2].tolist(),
+                              (float(parts.shift[1]), float(parts.stall_var[1])))
 
     @torch.inference_mode()
     def observe(self, obs: Observation) -> None:
@@ -450,21 +452,19 @@ class Predictor:
     def draws(self) -> torch.Tensor:
         """S joint draws of x_{t+1} (S, n), in seconds: g_{t+1} from the transition, then per
         worker its regime and stall indicators and one Gaussian (cheaper than ``Mixture.sample``
-        over all four components, which it equals in distribution)."""
+        over all six components, which it equals in distribution)."""
         model, s, gen = self.model, self.state, self.generator
         mu_g, var_g = model.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((self.samples, mu_g.shape[-1]), generator=gen)
         loc, scale = model.emitter(g, model.embedding)
-        # one uniform decides both indicators: jump = w < p_j, and w rescaled to U(0, 1) within
-        # its branch decides the stall (independent of the jump, as in the model)
-        q_u, q_j, delta, stall_var, rho = self.constants
+        # the regime's step variance by inverse CDF of one uniform; the stall from another
+        (q_u, q_j, q_r), (stay, stay_or_jump), (delta, stall_var) = self.constants
         w = torch.rand(loc.shape, generator=gen)
-        jump = w < self.p_jump
-        w = torch.where(jump, w / self.p_jump, (w - self.p_jump) / (1 - self.p_jump))
-        stall = w < self.p_stall
-        var = scale.square_().add_(rho**2 * s.var_u).add_(torch.where(jump, q_j, q_u))
+        step = torch.where(w < stay, q_u, torch.where(w < stay_or_jump, q_j, q_r))
+        stall = torch.rand(loc.shape, generator=gen) < self.p_stall
+        var = scale.square_().add_(s.var_u).add_(step)
         var = torch.where(stall, var + stall_var, var)
-        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(rho * s.mu_u)
+        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(s.mu_u)
         v = torch.where(stall, v + delta, v)
         return model.emitter.unspace(v) * model.scale_s
 
