@@ -113,6 +113,7 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         train_model(trace, cfg, seed=1, out=out, progress=False)
     assert not out.exists() and (tmp_path / "resumed.pt.ckpt").exists()
+    crashed = torch.load(tmp_path / "resumed.pt.ckpt", weights_only=True)
     monkeypatch.setattr(train_module, "run_epoch", real)
     train_model(trace, cfg, seed=1, out=out, progress=False)
     assert not (tmp_path / "resumed.pt.ckpt").exists()
@@ -121,6 +122,10 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch):
     assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
     with pytest.raises(UserError, match="fingerprint"):  # a stale checkpoint is not resumed
         torch.save({"fingerprint": {}}, f"{out}.ckpt")
+        train_model(trace, cfg, seed=1, out=out, progress=False)
+    crashed["model"]["transition.retired_parameter"] = torch.zeros(1)  # another code version
+    torch.save(crashed, f"{out}.ckpt")
+    with pytest.raises(UserError, match="another model version"):
         train_model(trace, cfg, seed=1, out=out, progress=False)
 
 

@@ -106,8 +106,13 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
         if state.get("fingerprint") != fingerprint:
             raise UserError(str(ckpt_path), "fingerprint", "checkpoint of a different trace, "
                             "config or seed; delete it to start afresh")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            why = str(exc).strip().splitlines()[-1].strip()
+            raise UserError(str(ckpt_path), "model", f"checkpoint of another model version "
+                            f"({why}); delete it to start afresh") from None
         generator.set_state(state["generator"])
         start, losses = state["epoch"], list(state["losses"])
         print(f"resuming from {ckpt_path} at epoch {start}")
