@@ -10,14 +10,17 @@ shared by all workers, its dynamics), a worker part u_t in R^n (each worker's ow
 node, a straggler) and a regime k_{t,w} in {stay, jump, reset} per worker::
 
     g_t     ~ N(A g_{t-1} + b, diag q_g)                                       (Transition)
-    u_{t,w} ~ N(u_{t-1,w}, q_k),  k_{t,w} in {stay, jump, reset} w.p. (1 - p_j, p_j) (1 - p_r), p_r
+    u_{t,w} ~ N(rho u_{t-1,w} + (1 - rho) mean_w' u_{t-1,w'}, q_k),
+              k_{t,w} in {stay, jump, reset} w.p. ((1 - p_j), p_j) (1 - p_r), p_r
     v_{t,w} | z_t ~ (1 - pi) N(f(g_t, e_w) + u_{t,w}, s^2)                     (Emitter)
                     + pi N(f(g_t, e_w) + u_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w)
 
-independently over w given z_t. u is a random walk with occasional jumps: a worker that turned
-slow stays slow in the forecast while it is cut off and unobserved, and a contention episode or a
-load the training trace never had is followed in one iteration (the jump) and kept (a pull back
-to the training-time level, tried too, forgets a load shift within tens of iterations). The
+independently over w given z_t. u is a random walk with occasional jumps, each worker pulled
+slowly (rho near 1, learnt) towards the workers' mean level: a contention episode or a load the
+training trace never had is followed in one iteration (the jump); a shift of the whole cluster is
+kept (the mean moves with it); a worker that turned slow stays slow in the forecast while it is
+cut off and unobserved, but not for ever (its censored run-times say little once it is believed
+slow, so without the pull a worker that recovered while cut off would never be tried again). The
 reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either way) keeps the filter
 open to changes far larger than any the training trace had (a worker turning 7x slower), which
 the learnt parts would otherwise explain away as stall after stall. The emitter's second part is
@@ -122,6 +125,7 @@ class Parts:
 
     step: torch.Tensor  # (q_u, q_j, q_r)
     log_w_u: torch.Tensor  # log P(regime): stay, jump, reset
+    rho: torch.Tensor  # () the pull of each worker's level towards the workers' mean
     shift: torch.Tensor  # (0, delta)
     stall_var: torch.Tensor  # (0, s_st^2)
     log_w_e: torch.Tensor  # (log(1 - pi), log pi)
@@ -156,6 +160,11 @@ class Transition(nn.Module):
         self.log_q_j = nn.Parameter(torch.tensor(math.log(0.25)))
         self.jump_logit = nn.Parameter(torch.tensor(-6.0))  # p_j ~ 0.25 %: the data must ask for more
         self.log_p0_u = nn.Parameter(torch.tensor(math.log(0.01)))
+        self.rho_logit = nn.Parameter(torch.tensor(4.6))  # rho = sigmoid(.) ~ 0.99
+
+    @property
+    def rho(self):
+        return torch.sigmoid(self.rho_logit)
 
     @property
     def q_g(self):
@@ -168,6 +177,12 @@ class Transition(nn.Module):
     def predict_g(self, s: FilterState):
         """Moments of p(g_t | x_{1:t-1}): mean and the diagonal of A Sigma A^T + Q."""
         return s.mu_g @ self.A.T + self.b, s.var_g @ (self.A**2).T + self.q_g
+
+    @staticmethod
+    def carry_u(mu_u, var_u, rho):
+        """Moments of rho u_{t-1,w} + (1 - rho) mean_w' u_{t-1,w'} (the mean's own variance,
+        O(1/n), is left out)."""
+        return rho * mu_u + (1 - rho) * mu_u.mean(-1, keepdim=True), rho**2 * var_u
 
     def u_regimes(self):
         """Step variances (q_u, q_j, q_r) and log probabilities of u's regimes (stay, jump,
@@ -326,7 +341,8 @@ class RuntimeModel(nn.Module):
         )
 
     def parts(self) -> Parts:
-        return Parts(*self.transition.u_regimes(), *self.emitter.stall_parts())
+        return Parts(*self.transition.u_regimes(), self.transition.rho,
+                     *self.emitter.stall_parts())
 
     def emission(self, g: torch.Tensor, u: torch.Tensor, parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, u_t): the emitter's normal and stall parts at level f(g, e_w) + u."""
@@ -341,6 +357,7 @@ class RuntimeModel(nn.Module):
         """p(v_t | g_t, x_{1:t-1}): u_t's two regimes times the emitter's two parts (regime-major),
         given q(u_{t-1}) = N(mu_u, var_u) and the cluster state g (..., d)."""
         parts = parts or self.parts()
+        mu_u, var_u = self.transition.carry_u(mu_u, var_u, parts.rho)
         part = self.emission(g, mu_u, parts)
         step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
         k = len(parts.step)
@@ -405,7 +422,8 @@ class RuntimeModel(nn.Module):
         for _ in range(iterations):
             g = g @ tr.A.T + tr.b + tr.q_g.sqrt() * torch.randn(g.shape, generator=gen)
             regime = (torch.rand((*u.shape, 1), generator=gen) > cdf).sum(-1)
-            u = u + step[regime].sqrt() * torch.randn(u.shape, generator=gen)
+            u = tr.carry_u(u, torch.zeros_like(u), tr.rho)[0] + step[regime].sqrt() * torch.randn(
+                u.shape, generator=gen)
             rows.append(self.emitter.unspace(self.emission(g, u).sample(gen)))
         runtimes = torch.cat(rows).double().numpy() * self.scale_s
         return from_arrays(runtimes, meta={"source": "model-sample", "time_unit": self.time_unit,
@@ -453,8 +471,9 @@ class Predictor:
         """S joint draws of x_{t+1} (S, n), in seconds: g_{t+1} from the transition, then per
         worker its regime and stall indicators and one Gaussian (cheaper than ``Mixture.sample``
         over all six components, which it equals in distribution)."""
-        model, s, gen = self.model, self.state, self.generator
-        mu_g, var_g = model.transition.predict_g(s)
+        model, gen = self.model, self.generator
+        mu_u, var_u = model.transition.carry_u(self.state.mu_u, self.state.var_u, self.parts.rho)
+        mu_g, var_g = model.transition.predict_g(self.state)
         g = mu_g + var_g.sqrt() * torch.randn((self.samples, mu_g.shape[-1]), generator=gen)
         loc, scale = model.emitter(g, model.embedding)
         # the regime's step variance by inverse CDF of one uniform; the stall from another
@@ -462,9 +481,9 @@ class Predictor:
         w = torch.rand(loc.shape, generator=gen)
         step = torch.where(w < stay, q_u, torch.where(w < stay_or_jump, q_j, q_r))
         stall = torch.rand(loc.shape, generator=gen) < self.p_stall
-        var = scale.square_().add_(s.var_u).add_(step)
+        var = scale.square_().add_(var_u).add_(step)
         var = torch.where(stall, var + stall_var, var)
-        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(s.mu_u)
+        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(mu_u)
         v = torch.where(stall, v + delta, v)
         return model.emitter.unspace(v) * model.scale_s
 
