@@ -23,10 +23,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from bdsgd.errors import UserError  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
+from bdsgd.traces.io import META_KEY  # noqa: E402
 
 SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy",
                    "gradients_per_s", "mean_cutoff", "iterations", "virtual_time_s",
@@ -177,6 +179,13 @@ def runtime_distributions(results_dir: Path, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _time_unit(results_dir: Path, trace: str) -> str:
+    """The run-time unit of a trace, from its test part's metadata ("s" when it has none)."""
+    test = results_dir / "traces" / trace / "test.parquet"
+    raw = (pq.read_schema(test).metadata or {}).get(META_KEY) if test.is_file() else None
+    return json.loads(raw).get("time_unit", "s") if raw else "s"
+
+
 def model_predictions(results_dir: Path, path: Path) -> Path:
     """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out."""
     paths = _need(list(results_dir.glob("models/*/predictions.parquet")), results_dir,
@@ -193,7 +202,8 @@ def model_predictions(results_dir: Path, path: Path) -> Path:
                     label=f"predicted E[x_({order})]")
             ax.scatter(p["iteration"], p["realised"], color=color, s=4, label=f"realised x_({order})")
         ax.set(title=f"{pred_path.parent.name}: one-step-ahead predictions (held out)",
-               xlabel="iteration (test part)", ylabel="run-time (s)")
+               xlabel="iteration (test part)",
+               ylabel=f"run-time ({_time_unit(results_dir, pred_path.parent.name)})")
         ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)
 

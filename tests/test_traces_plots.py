@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from bdsgd.config import SimulateConfig
+from bdsgd.figures import _time_unit
+from bdsgd.traces.io import write_trace
 from bdsgd.traces.plots import PAI_COV_QUANTILES, draw_trace_figures
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import simulate
@@ -40,3 +42,12 @@ def test_pai_reference_quantiles_match_data():
     cov = cov[~np.isnan(cov)]
     for q, value in PAI_COV_QUANTILES.items():
         assert abs(np.quantile(cov, q) - value) < 5e-4
+
+
+def test_model_predictions_axis_takes_the_trace_unit(tmp_path):
+    """The predictions figure labels run-times in the trace's unit (the Alibaba jobs' is not s)."""
+    (tmp_path / "traces" / "pai").mkdir(parents=True)
+    write_trace(from_arrays(np.ones((3, 2)), meta={"time_unit": "normalised 0-1000"}),
+                tmp_path / "traces" / "pai" / "test.parquet")
+    assert _time_unit(tmp_path, "pai") == "normalised 0-1000"
+    assert _time_unit(tmp_path, "absent") == "s"
