@@ -59,7 +59,6 @@ def require_complete(trace: Trace, source: str) -> None:
 def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
     """Show ``policy`` the iterations that came before the replay, fully observed (c = n), as a
     server that has been running (and gathering the training trace) would have seen them."""
-    require_complete(history, history.meta.get("source", "<history>"))
     n = history.n_workers
     for t, row in enumerate(history.runtimes):
         policy.observe(observation(t - history.n_iterations, row, n, comm_s))
@@ -200,9 +199,11 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     require_complete(trace, trace_path)
     model, truth = _load_extras(policies, trace, trace_path, model_path)
     history = read_trace(history_path) if history_path is not None else None
-    if history is not None and history.n_workers != trace.n_workers:
-        raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
-                        f"replayed trace {trace_path} has {trace.n_workers}")
+    if history is not None:
+        require_complete(history, str(history_path))
+        if history.n_workers != trace.n_workers:
+            raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
+                            f"replayed trace {trace_path} has {trace.n_workers}")
     offset = int((trace.meta.get("slice") or [0])[0])
 
     sorted_x = np.sort(trace.runtimes, axis=1)

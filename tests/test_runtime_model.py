@@ -269,7 +269,7 @@ def test_worker_update_matches_numerical_integration(v, censored):
 
 
 def test_predictor_draws_follow_the_predictive_mixture(trained):
-    """Predictor.draws (indicators, then one Gaussian) and Mixture.sample (all four components)
+    """Predictor.draws (indicators, then one Gaussian) and Mixture.sample (all six components)
     draw from the same distribution: quantiles agree within Monte Carlo error."""
     model = load_model(trained)
     pred = model.predictor(samples=20_000, seed=1)

@@ -29,7 +29,8 @@ def is_predictive(name: str) -> bool:
 def learns_from_history(name: str) -> bool:
     """Whether policy ``name`` learns from observations, so that a run's earlier iterations (a
     warm-up history) inform it: the causal predictive ones; bayes knows the state already."""
-    return name.removeprefix("explore-") in PREDICTIVE and not name.endswith("bayes")
+    base = name.removeprefix("explore-")
+    return base in PREDICTIVE and base != "bayes"
 
 
 def is_known(name: str) -> bool:
