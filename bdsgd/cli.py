@@ -177,7 +177,7 @@ def cmd_train(args):
 
     cfg = load_config(args.config)
     train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
-              out_dir=args.out, model_path=args.model)
+              out_dir=args.out, model_path=args.model, history_path=args.history)
 
 
 # --------------------------------------------------------------------------------- figures
@@ -301,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, required=True, help="seed of data order, init and policy")
     p.add_argument("--trace", required=True, help="trace whose run-times drive the virtual clock")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
+    p.add_argument("--history", metavar="TRACE",
+                   help="the trace's earlier iterations (e.g. its training part): policies that "
+                        "learn from observations see them first, instead of starting cold")
     p.add_argument("--out", required=True, help="run directory (metrics.parquet, result.json, "
                                                 "checkpoint.pt)")
     p.set_defaults(func=cmd_train)

@@ -80,6 +80,7 @@ class ModelConfig:
     learning_rate: float
     samples: int
     censoring: str
+    node_jumps: bool
     checkpoint_every: int
 
 

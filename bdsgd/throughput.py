@@ -64,6 +64,20 @@ def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
         policy.observe(observation(t - history.n_iterations, row, n, comm_s))
 
 
+def read_history(history_path, trace: Trace, trace_path: str) -> Trace | None:
+    """The warm-up history for a run over ``trace``: complete, and of the same workers."""
+    from bdsgd.traces.io import read_trace
+
+    if history_path is None:
+        return None
+    history = read_trace(history_path)
+    require_complete(history, str(history_path))
+    if history.n_workers != trace.n_workers:
+        raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
+                        f"replayed trace {trace_path} has {trace.n_workers}")
+    return history
+
+
 def replay(trace: Trace, policy: Policy, comm_s: float = 0.0) -> Replay:
     """Run ``policy`` over the trace, iteration by iteration, with censored feedback.
 
@@ -198,12 +212,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
     model, truth = _load_extras(policies, trace, trace_path, model_path)
-    history = read_trace(history_path) if history_path is not None else None
-    if history is not None:
-        require_complete(history, str(history_path))
-        if history.n_workers != trace.n_workers:
-            raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
-                            f"replayed trace {trace_path} has {trace.n_workers}")
+    history = read_history(history_path, trace, trace_path)
     offset = int((trace.meta.get("slice") or [0])[0])
 
     sorted_x = np.sort(trace.runtimes, axis=1)

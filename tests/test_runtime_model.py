@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 import sys
 
@@ -16,7 +17,15 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation
 from bdsgd.runtime_model import train as train_module
 from bdsgd.runtime_model.evaluate import evaluate
-from bdsgd.runtime_model.model import Mixture, RuntimeModel, impute, load_model, worker_update
+from bdsgd.runtime_model.model import (
+    Mixture,
+    Nodes,
+    RuntimeModel,
+    impute,
+    load_model,
+    node_posterior,
+    worker_update,
+)
 from bdsgd.runtime_model.train import train_model
 from bdsgd.throughput import observation
 from bdsgd.traces.io import read_trace, write_trace
@@ -240,22 +249,30 @@ def test_observation_with_all_but_one_censored_is_handled(trained):
     assert np.isfinite(pred.expected_order_stats()).all()
 
 
+def regime_weights(p_j, p_r, p_stall):
+    """P(component) of the six, regime-major (stay, jump, reset) x (normal, stall)."""
+    regime = torch.tensor([(1 - p_j) * (1 - p_r), p_j * (1 - p_r), p_r])
+    return (regime[:, None] * torch.tensor([1 - p_stall, p_stall])).flatten()
+
+
 @pytest.mark.parametrize("censored", [False, True])
 @pytest.mark.parametrize("v", [-0.3, 0.1, 0.9])
 def test_worker_update_matches_numerical_integration(v, censored):
     """The assumed-density update of u (regime x stall mixture, observed or censored at v) has
-    the mean and variance of the exact posterior, and Mixture.log_prob its normaliser: both
-    checked against integration over a fine grid of u."""
-    mu, c = 0.05, torch.tensor([0.0, 0.7, 0.0, 0.7])  # component offsets: stall shift 0.7
-    p = torch.tensor([0.01, 0.01, 0.3, 0.3])  # prior variance of u: stay / jump regime
-    r = torch.tensor([0.04, 0.2, 0.04, 0.2])  # emitter variance: normal / stall
-    w = torch.tensor([0.9, 0.05, 0.04, 0.01])
+    the mean and variance of the exact posterior, and log p(v) its normaliser: both checked
+    against integration over a fine grid of u."""
+    mu, p_j = 0.05, 0.05
+    c = torch.tensor([0.0, 0.7] * 3)  # component offsets: stall shift 0.7
+    p = torch.tensor([0.01, 0.01, 0.3, 0.3, 2.0, 2.0])  # prior variance of u: stay / jump / reset
+    r = torch.tensor([0.04, 0.2] * 3)  # emitter variance: normal / stall
+    w = regime_weights(p_j, 0.04, 0.1)
     mix = Mixture((mu + c)[:, None], (p + r)[:, None], w.log()[:, None], p[:, None],
                   torch.tensor([mu]))
     flag = torch.tensor([censored])
-    mean, var = worker_update(mix, torch.tensor([v]), flag)
+    log_w_j = torch.tensor([1 - p_j, p_j]).log()
+    mean, var, logp = worker_update(mix, torch.tensor([v]), flag, Nodes(None, 1), log_w_j)
 
-    u = np.linspace(-5, 5, 200_001)
+    u = np.linspace(-12, 12, 400_001)
     prior = [np.exp(-0.5 * (u - mu) ** 2 / pk) / np.sqrt(2 * np.pi * pk) for pk in p.numpy()]
     f = norm.sf if censored else norm.pdf  # P(V > v | u) or p(v | u) in component k
     lik = [f(v, loc=u + ck, scale=np.sqrt(rk)) for ck, rk in zip(c.numpy(), r.numpy(), strict=True)]
@@ -264,8 +281,42 @@ def test_worker_update_matches_numerical_integration(v, censored):
     m = np.trapezoid(u * post, u) / z
     assert float(mean) == pytest.approx(m, abs=1e-4)
     assert float(var) == pytest.approx(np.trapezoid((u - m) ** 2 * post, u) / z, rel=1e-3)
-    logp = mix.log_prob(torch.tensor([v]), flag, jacobian=False)
     assert float(logp) == pytest.approx(np.log(z), abs=1e-4)
+
+
+def test_node_posterior_matches_enumeration():
+    """With J shared by a node's workers, the component posteriors and the normaliser equal
+    those of brute-force enumeration over J and every worker's component."""
+    p_j, p_r, p_stall = 0.1, 0.05, 0.2
+    node = np.array([0, 0, 1, 0, 1])  # two nodes, of three workers and two
+    loglik = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))  # log p(v_w | comp)
+    w = regime_weights(p_j, p_r, p_stall)
+    r, log_norm = node_posterior(w.log()[:, None] + loglik, Nodes(node, 5),
+                                 torch.tensor([1 - p_j, p_j]).log())
+
+    # P(comp | J): stay needs J = 0, jump needs J = 1, reset goes with either
+    given = {0: torch.cat([w[:2] / (1 - p_j), torch.zeros(2), w[4:]]),
+             1: torch.cat([torch.zeros(2), w[2:4] / p_j, w[4:]])}
+    expected, total = torch.zeros(6, 5), 0.0
+    for k in (0, 1):
+        members = [np.flatnonzero(node == k)]
+        z_node = 0.0
+        for J, prior in ((0, 1 - p_j), (1, p_j)):
+            lik = given[J][:, None] * loglik[:, members[0]].exp()  # (6, workers of node k)
+            z = prior * lik.sum(0).prod()
+            z_node += z
+            # P(J, comp_w | v) = z * lik[comp, w] / sum_comp lik[:, w]
+            expected[:, members[0]] += z * lik / lik.sum(0)
+        expected[:, members[0]] /= z_node
+        total += math.log(z_node)
+    assert r.numpy() == pytest.approx(expected.numpy(), abs=1e-5)
+    assert float(log_norm) == pytest.approx(total, abs=1e-4)
+    # singleton nodes: the plain per-worker mixture posterior
+    r1, norm1 = node_posterior(w.log()[:, None] + loglik, Nodes(None, 5),
+                               torch.tensor([1 - p_j, p_j]).log())
+    joint = w.log()[:, None] + loglik
+    assert r1.numpy() == pytest.approx(joint.softmax(0).numpy(), abs=1e-6)
+    assert float(norm1) == pytest.approx(float(joint.logsumexp(0).sum()), abs=1e-4)
 
 
 def test_predictor_draws_follow_the_predictive_mixture(trained):
@@ -309,3 +360,44 @@ def test_a_change_larger_than_training_ever_had_is_followed(trained):
         pred.observe(observation(t, x[t], 8, 0.0))
     draws = np.median(pred.draws().numpy(), axis=0)
     assert draws[0] > 4.0 * np.median(draws[1:])
+
+
+def test_jumps_are_shared_by_a_node(trained):
+    """With a node column, a node's workers jump together (J per node); without, alone."""
+    model = load_model(trained)
+    for node, both in ((np.arange(8) // 4, 0.2), (None, 0.2**2)):
+        m = RuntimeModel(model.config, 8, model.scale_s, node=node)
+        m.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            m.transition.jump_logit.fill_(math.log(0.2 / 0.8))
+        steps = m.step_variances(m.parts(), 20_000, torch.Generator().manual_seed(0))
+        jumped = steps == m.parts().step[1]
+        assert float(jumped.float().mean()) == pytest.approx(0.2, abs=0.01)
+        assert float((jumped[:, 0] & jumped[:, 1]).float().mean()) == pytest.approx(both, abs=0.01)
+        sampled = m.sample_trace(3, seed=0).node  # a sampled trace keeps the nodes
+        assert sampled is None if node is None else np.array_equal(sampled, node)
+
+
+def test_a_node_slowing_down_at_once_is_a_jump_not_four_stalls(trained):
+    """Four workers of one node turn 2x slower in the same iteration. Per worker, a stall (3 %)
+    explains it better than a jump (2 %, and wide); for the node, one jump beats four stalls
+    (3 %^4), so only the node-aware model forecasts the four as slow after that iteration."""
+    model = load_model(trained)
+    x = np.exp(np.random.default_rng(5).normal(0, 0.05, (21, 8)))
+    x[20, :4] *= 2.0
+    ratio = {}
+    for name, node in (("node", np.arange(8) // 4), ("alone", None)):
+        m = RuntimeModel(model.config, 8, model.scale_s, node=node)
+        m.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            m.transition.jump_logit.fill_(math.log(0.02 / 0.98))
+            m.transition.log_q_j.fill_(math.log(0.25))
+            m.emitter.stall_logit.fill_(math.log(0.03 / 0.97))
+            m.emitter.stall_shift.fill_(0.0)  # delta = softplus(0) = log 2
+            m.emitter.stall_log_scale.fill_(math.log(0.3))
+        pred = m.predictor(samples=4000, seed=0)
+        for t in range(21):
+            pred.observe(observation(t, x[t], 8, 0.0))
+        median = np.median(pred.draws().numpy(), axis=0)
+        ratio[name] = median[:4].mean() / median[4:].mean()
+    assert ratio["node"] > 1.7 and ratio["alone"] < 1.3, ratio

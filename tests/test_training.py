@@ -17,7 +17,9 @@ import bdsgd.training.virtual as virtual
 from bdsgd.cli import main
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
-from bdsgd.traces.io import write_trace
+from bdsgd.policies import make_policy
+from bdsgd.throughput import warm_up
+from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training.tasks import _lenet, _mlp, _small_vgg, load_task
 from bdsgd.training.virtual import WorkerStreams, time_to_target, train_run
@@ -147,6 +149,35 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch)
     assert metrics(whole)["cutoff"].nunique() > 1  # the replayed policy did vary its cutoff
 
     assert not (resumed / "checkpoint.pt").exists()  # a complete run leaves no checkpoint
+
+
+def test_history_warms_up_learning_policies_and_resumes(tmp_path, trace_path, monkeypatch):
+    """--history: ecdf first sees the earlier iterations (a worker 5x slow in all of them), so
+    its first cutoff already leaves workers out; sync is unaffected; an interrupted run
+    resumes to the same metrics (the warm-up is redone before the replay)."""
+    before = np.random.default_rng(4).lognormal(0.0, 0.1, (40, N_WORKERS))
+    before[:, 0] *= 5.0
+    history = write_trace(from_arrays(before), tmp_path / "history.parquet")
+    cfg = make_cfg(checkpoint_every=5)
+    cold = train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "cold")
+    warm = train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "warm",
+                     history_path=history)
+    assert metrics(cold)["cutoff"].iloc[0] == N_WORKERS  # nothing seen yet: wait for all
+    ecdf = make_policy("ecdf", N_WORKERS, cfg.policies, comm_s=0.05)
+    warm_up(ecdf, read_trace(history), 0.05)
+    assert metrics(warm)["cutoff"].iloc[0] == ecdf.choose() < N_WORKERS
+    result = json.loads((warm / "result.json").read_text())
+    assert result["history"] == {"path": str(history), "n_iterations": 40}
+    sync = train_run(cfg, "digits", "sync", 0, trace_path, tmp_path / "sync", history_path=history)
+    assert (metrics(sync)["cutoff"] == N_WORKERS).all()
+
+    crash_at_iteration(monkeypatch, 18)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "resumed", history_path=history)
+    monkeypatch.undo()
+    resumed = train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "resumed",
+                        history_path=history)
+    assert (resumed / "metrics.parquet").read_bytes() == (warm / "metrics.parquet").read_bytes()
 
 
 def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatch, capsys):

@@ -7,27 +7,33 @@ paper's; draws below zero are clamped to a tiny positive).
 
 Generative model. The latent state z_t = (g_t, u_t, k_t) has a cluster part g_t in R^d (load
 shared by all workers, its dynamics), a worker part u_t in R^n (each worker's own level: a slow
-node, a straggler) and a regime k_{t,w} in {stay, jump, reset} per worker::
+node, a straggler) and u's regime: a jump indicator J_{t,k} per node k (a node's workers slow
+down and recover together) and a reset indicator R_{t,w} per worker::
 
     g_t     ~ N(A g_{t-1} + b, diag q_g)                                       (Transition)
-    u_{t,w} ~ N(rho u_{t-1,w} + (1 - rho) mean_w' u_{t-1,w'}, q_k),
-              k_{t,w} in {stay, jump, reset} w.p. ((1 - p_j), p_j) (1 - p_r), p_r
+    u_{t,w} ~ N(rho u_{t-1,w} + (1 - rho) mean_w' u_{t-1,w'}, q),
+              q = q_r if R_{t,w}, else q_j if J_{t,k(w)}, else q_u;
+              J_{t,k} ~ Bernoulli(p_j), R_{t,w} ~ Bernoulli(p_r)
     v_{t,w} | z_t ~ (1 - pi) N(f(g_t, e_w) + u_{t,w}, s^2)                     (Emitter)
                     + pi N(f(g_t, e_w) + u_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w)
 
 independently over w given z_t. u is a random walk with occasional jumps, each worker pulled
 slowly (rho near 1, learnt) towards the workers' mean level: a contention episode or a load the
 training trace never had is followed in one iteration (the jump); a shift of the whole cluster is
-kept (the mean moves with it); a worker that turned slow stays slow in the forecast while it is
-cut off and unobserved, but not for ever (its censored run-times say little once it is believed
-slow, so without the pull a worker that recovered while cut off would never be tried again). The
-reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either way) keeps the filter
-open to changes far larger than any the training trace had (a worker turning 7x slower), which
-the learnt parts would otherwise explain away as stall after stall. The emitter's second part is
-a transient stall (probability pi, shift delta > 0): a heavy right tail that a single Gaussian
-could only fake by widening everyone's spread. e_w is worker w's identity embedding; f and s are
-bilinear in an MLP of g_t and e_w, so one emitter serves any n and a pass over S draws x n
-workers is two matrix products.
+kept (the mean moves with it). J is shared by a node's workers (the trace's ``node`` column;
+without one, or with ``model.node_jumps: false``, every worker is its own node): a node whose
+workers slow down together is one event of probability p_j, not one per worker, so independent
+jumps do not inflate the forecast's slowest order statistics, and a node's slowdown is told from
+its workers' transient stalls after one iteration. A worker that turned slow stays slow in the
+forecast while it is cut off and unobserved, but not for ever (its censored run-times say little
+once it is believed slow, so without the pull a worker that recovered while cut off would never
+be tried again). The reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either
+way) keeps the filter open to changes far larger than any the training trace had (a worker
+turning 7x slower), which the learnt parts would otherwise explain away as stall after stall.
+The emitter's second part is a transient stall (probability pi, shift delta > 0): a heavy right
+tail that a single Gaussian could only fake by widening everyone's spread. e_w is worker w's
+identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any n
+and a pass over S draws x n workers is two matrix products.
 
 Inference (amortised, filtering online). q(z_t | x_{1:t}) costs one pass over the workers per
 iteration and no optimisation. The cluster part is a learnt recursion, as in Pyro's dmm.py::
@@ -38,13 +44,14 @@ iteration and no optimisation. The cluster part is a learnt recursion, as in Pyr
 with c = 1 for a worker cut off at tau (x~ then holds tau~). The worker part is exact given g:
 u_{t,w} is conditionally a mixture of 3 x 2 Gaussians (regime x stall) whose posterior after
 an observed v, or after the censored fact v > log tau~, is moment-matched back to one Gaussian
-(assumed-density filtering, ``worker_update``). It has no learnt part, so it behaves the same in
+(assumed-density filtering, ``worker_update``); the shared J is weighed on all of a node's
+observations at once. It has no learnt part, so it behaves the same in
 states that training never visited.
 
 Objective. The worker part is integrated out (Rao-Blackwellised), so per iteration the model
 scores the one-step predictive of u together with q(g_t):
     L = sum_t E_{q(g_t)}[log p(x_t | g_t, x_{1:t-1})] + E_q[log p(g_t | g_{t-1})] + H[q(g_t)],
-p(x_t | g_t, x_{1:t-1}) the worker mixture's marginal (``worker_update``'s normaliser) and the
+p(x_t | g_t, x_{1:t-1}) the worker mixtures' joint marginal (``node_posterior``'s normaliser) and the
 last two terms analytic. A censored worker contributes log P(x > tau | ...) (``censoring:
 likelihood``, unbiased), or, as the paper did, is replaced by an uncensored run-time of the same
 iteration drawn at random (``censoring: impute``, biased low: the uncensored ones are short).
@@ -67,7 +74,7 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation
 from bdsgd.traces.schema import Trace, from_arrays
 
-FORMAT = "bdsgd-runtime-model/2"
+FORMAT = "bdsgd-runtime-model/3"
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 # Worker-draws per decision a predictor affords at least: S = max(samples, DRAW_BUDGET / n), so a
 # small cluster gets more draws where they are cheap (E[x_(n)] of a heavy tail is noisy at S = 64)
@@ -99,16 +106,6 @@ class Mixture:
     u_var: torch.Tensor  # (K, ..., n)  prior variance of u in component k
     u_mean: torch.Tensor  # (..., n)  prior mean of u (the same in every component)
 
-    def log_prob(self, v: torch.Tensor, censored: torch.Tensor, jacobian: bool) -> torch.Tensor:
-        """log p(v) per worker, or log P(V > v) where censored; ``jacobian`` subtracts v (a
-        density over x~ = exp v rather than over v)."""
-        z = (v - self.mean) / self.var.sqrt()
-        density = -0.5 * (LOG_2PI + z**2 + self.var.log())
-        if jacobian:
-            density = density - v
-        return torch.logsumexp(self.log_w + torch.where(censored, torch.special.log_ndtr(-z),
-                                                        density), 0)
-
     def sample(self, generator=None) -> torch.Tensor:
         """One draw of v per entry (component by inverse CDF of the weights, then its Gaussian)."""
         cdf = self.log_w.exp().cumsum(0)
@@ -120,15 +117,35 @@ class Mixture:
 
 @dataclass
 class Parts:
-    """The scalar parameters of u's regimes and the emitter's stall, as plain tensors (2,) each:
-    computed once per predictor, not once per decision."""
+    """The scalar parameters of u's regimes and the emitter's stall, as plain tensors: computed
+    once per predictor, not once per decision."""
 
     step: torch.Tensor  # (q_u, q_j, q_r)
     log_w_u: torch.Tensor  # log P(regime): stay, jump, reset
+    log_w_j: torch.Tensor  # log P(J): (log(1 - p_j), log p_j), the node's jump indicator
     rho: torch.Tensor  # () the pull of each worker's level towards the workers' mean
     shift: torch.Tensor  # (0, delta)
     stall_var: torch.Tensor  # (0, s_st^2)
     log_w_e: torch.Tensor  # (log(1 - pi), log pi)
+
+
+class Nodes:
+    """Which node each worker is on, for the node-shared jump indicator J: sums over a node's
+    workers (``total``) and a node's value back to each of its workers (``spread``), along the
+    last axis. Every worker its own node (``node`` None) makes both the identity."""
+
+    def __init__(self, node: np.ndarray | None, n_workers: int):
+        ids = np.arange(n_workers) if node is None else np.unique(node, return_inverse=True)[1]
+        self.index = torch.as_tensor(ids, dtype=torch.long)
+        self.count = int(ids.max()) + 1
+        self.singletons = self.count == n_workers
+        self.onehot = F.one_hot(self.index, self.count).float()
+
+    def total(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.singletons else x @ self.onehot
+
+    def spread(self, y: torch.Tensor) -> torch.Tensor:
+        return y if self.singletons else y.index_select(-1, self.index)
 
 
 def stack(a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -185,15 +202,14 @@ class Transition(nn.Module):
         return rho * mu_u + (1 - rho) * mu_u.mean(-1, keepdim=True), rho**2 * var_u
 
     def u_regimes(self):
-        """Step variances (q_u, q_j, q_r) and log probabilities of u's regimes (stay, jump,
-        reset)."""
+        """Step variances (q_u, q_j, q_r), log probabilities of a worker's regime (stay, jump,
+        reset) = ((1 - p_j)(1 - p_r), p_j (1 - p_r), p_r), and of the node's J (1 - p_j, p_j)."""
         step = torch.cat([torch.stack([self.log_q_u, self.log_q_j]).exp(),
                           torch.tensor([RESET_VAR])])
-        kept = math.log1p(-RESET_PROB)
-        log_w = torch.stack([F.logsigmoid(-self.jump_logit) + kept,
-                             F.logsigmoid(self.jump_logit) + kept,
-                             torch.tensor(math.log(RESET_PROB))])
-        return step, log_w
+        log_w_j = torch.stack([F.logsigmoid(-self.jump_logit), F.logsigmoid(self.jump_logit)])
+        log_w = torch.cat([log_w_j + math.log1p(-RESET_PROB),
+                           torch.tensor([math.log(RESET_PROB)])])
+        return step, log_w, log_w_j
 
     def log_prior_g(self, prev: FilterState, mu_g, var_g):
         """E_q[log p(g_t | g_{t-1})] under q(g_{t-1}) q(g_t), per sequence (analytic)."""
@@ -278,9 +294,35 @@ class InferenceNetwork(nn.Module):
         return mu, F.softplus(self.hidden_to_scale(hc)) ** 2 + 1e-6
 
 
-def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
+def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor):
+    """P(component | every observation of the worker's node) per worker, and the log marginal
+    likelihood of the observations, summed over nodes.
+
+    log_joint (6, ..., n) is log P(component) + log p(v_w | component), components regime-major
+    (stay, jump, reset) x (normal, stall). The regime is shared through the node's J: with
+    L_{w,J} = log [(1 - p_r) p(v_w | J) + p_r p(v_w | reset)], the posterior of J is
+    P(J | node) ~ P(J) prod_{w in node} exp L_{w,J}, and a worker's component posterior is
+    P(J | node) P(component, v_w | J) / exp L_{w,J}, summed over the J a component allows (a
+    reset allows both). A node of one worker gives the plain per-worker mixture posterior.
+    """
+    per_regime = log_joint.unflatten(0, (3, 2)).logsumexp(1)  # log P(k) p(v | k), k = s, j, r
+    log_w_j = stack(log_w_j, per_regime[0])
+    given_j = torch.logaddexp(per_regime[:2] - log_w_j, per_regime[2:])  # L_{w,J}, J = 0, 1
+    joint_j = log_w_j + nodes.total(given_j)  # log P(J) p(v_node | J), (2, ..., K)
+    log_norm = joint_j.logsumexp(0)
+    # log P(J | node) / p(v_w | J), per worker
+    weight = nodes.spread(joint_j - log_norm) - given_j
+    log_r = torch.cat([weight[0] - log_w_j[0] + log_joint[0:2],
+                       weight[1] - log_w_j[1] + log_joint[2:4],
+                       weight.logsumexp(0) + log_joint[4:6]])
+    return log_r.exp(), log_norm.sum(-1)
+
+
+def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: Nodes,
+                  log_w_j: torch.Tensor):
     """Posterior of u_{t,w} after v_{t,w} (or after v > v where censored), moment-matched to one
-    Gaussian, and log p(v) (or log P(V > v)): assumed-density filtering through ``mix``.
+    Gaussian, and log p(v) (or log P(V > v)) of all workers: assumed-density filtering through
+    ``mix`` (6 components, see ``node_posterior``).
 
     Per component k with mean m_k, variance V_k and prior variance P_k of u, the gain is
     K_k = P_k / V_k. Observed v: mean mu + K_k (v - m_k), variance P_k (1 - K_k). Censored
@@ -297,11 +339,10 @@ def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
     mu = mix.u_mean + gain * torch.where(censored, sd * lam, v - mix.mean)
     shrink = torch.where(censored, lam * (lam - alpha), torch.ones_like(alpha))
     var = mix.u_var * (1 - gain * shrink).clamp_min(1e-6)
-    log_joint = mix.log_w + torch.where(censored, log_tail,
-                                        -0.5 * (LOG_2PI + alpha**2) - sd.log())
-    r = torch.softmax(log_joint, 0)
+    r, log_norm = node_posterior(mix.log_w + torch.where(
+        censored, log_tail, -0.5 * (LOG_2PI + alpha**2) - sd.log()), nodes, log_w_j)
     mean = (r * mu).sum(0)
-    return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8)
+    return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8), log_norm
 
 
 def impute(x: torch.Tensor, censored: torch.Tensor, generator=None) -> torch.Tensor:
@@ -318,13 +359,16 @@ class RuntimeModel(nn.Module):
 
     Run-times enter and leave in seconds (or the trace's unit) through ``predictor`` and
     ``sample_trace``; inside, everything is divided by ``scale_s`` (the training median).
+    ``node`` (n,): the node of each worker (the training trace's), whose workers share J.
     """
 
     def __init__(self, config: ModelConfig, n_workers: int, scale_s: float = 1.0,
-                 time_unit: str = "s"):
+                 time_unit: str = "s", node: np.ndarray | None = None):
         super().__init__()
         self.config, self.n_workers = config, n_workers
         self.scale_s, self.time_unit = float(scale_s), time_unit
+        self.node = None if node is None else np.asarray(node, dtype=np.int64)
+        self.nodes = Nodes(self.node if config.node_jumps else None, n_workers)
         self.embedding = nn.Parameter(0.1 * torch.randn(n_workers, config.worker_dim))
         self.transition = Transition(config.latent_dim)
         self.emitter = Emitter(config.latent_dim, config.worker_dim, config.hidden_dim,
@@ -373,9 +417,24 @@ class RuntimeModel(nn.Module):
         model's scalar parameters, when the caller has them already (``Predictor``)."""
         h = self.inference.summarise(s.h, x.log(), censored, self.embedding)
         mu_g, var_g = self.inference.combine_g(self.transition.predict_g(s)[0], h)
+        parts = parts or self.parts()
         mix = self.mixture(mu_g, s.mu_u, s.var_u, parts)
-        mu_u, var_u = worker_update(mix, self.emitter.space(x), censored)
+        mu_u, var_u, _ = worker_update(mix, self.emitter.space(x), censored, self.nodes,
+                                       parts.log_w_j)
         return FilterState(h, mu_g, var_g, mu_u, var_u)
+
+    def log_likelihood(self, mix: Mixture, x: torch.Tensor, censored: torch.Tensor,
+                       parts: Parts) -> torch.Tensor:
+        """log p(x) of all workers under ``mix`` (..., n) (log P(X > x) where censored), as a
+        density over x~ (the lognormal's Jacobian included)."""
+        v = self.emitter.space(x)
+        z = (v - mix.mean) / mix.var.sqrt()
+        density = -0.5 * (LOG_2PI + z**2 + mix.var.log())
+        log_joint = mix.log_w + torch.where(censored, torch.special.log_ndtr(-z), density)
+        log_norm = node_posterior(log_joint, self.nodes, parts.log_w_j)[1]
+        if self.emitter.emission == "lognormal":
+            log_norm = log_norm - torch.where(censored, 0.0, v).sum(-1)
+        return log_norm
 
     def elbo(self, x: torch.Tensor, censored: torch.Tensor, generator=None,
              seen: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -388,23 +447,46 @@ class RuntimeModel(nn.Module):
         seen_x, seen_censored = seen if seen is not None else (x, censored)
         s = self.initial_state(x.shape[0])
         total = torch.zeros(x.shape[0])
-        jacobian = self.emitter.emission == "lognormal"
+        parts = self.parts()
         for t in range(x.shape[1]):
-            new = self.step(s, seen_x[:, t], seen_censored[:, t])
+            new = self.step(s, seen_x[:, t], seen_censored[:, t], parts)
             g = new.mu_g + new.var_g.sqrt() * torch.randn(new.mu_g.shape, generator=generator)
-            mix = self.mixture(g, s.mu_u, s.var_u)
-            loglik = mix.log_prob(self.emitter.space(x[:, t]), censored[:, t], jacobian)
-            total = total + loglik.sum(-1) + self.transition.log_prior_g(s, new.mu_g, new.var_g)
+            mix = self.mixture(g, s.mu_u, s.var_u, parts)
+            loglik = self.log_likelihood(mix, x[:, t], censored[:, t], parts)
+            total = total + loglik + self.transition.log_prior_g(s, new.mu_g, new.var_g)
             total = total + gaussian_entropy(new.var_g)
             s = new
         return total
 
-    def predictive(self, s: FilterState, samples: int, generator=None) -> Mixture:
+    def predictive(self, s: FilterState, samples: int, generator=None,
+                   parts: Parts | None = None) -> Mixture:
         """p(v_{t+1} | x_{1:t}) as S draws of g_{t+1}, each with every worker's exact mixture
-        (u_{t+1} integrated out): a Mixture of shape (4, S, n)."""
+        (u_{t+1} integrated out): a Mixture of shape (6, S, n)."""
         mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
-        return self.mixture(g, s.mu_u, s.var_u)
+        return self.mixture(g, s.mu_u, s.var_u, parts)
+
+    def step_variances(self, parts: Parts, samples: int, generator=None) -> torch.Tensor:
+        """Draws (S, n) of u's step variance: J per node, then R per worker."""
+        q_u, q_j, q_r = parts.step
+        jump = torch.rand((samples, self.nodes.count), generator=generator) < parts.log_w_j[1].exp()
+        reset = torch.rand((samples, self.n_workers), generator=generator) < RESET_PROB
+        return torch.where(reset, q_r, torch.where(self.nodes.spread(jump), q_j, q_u))
+
+    def draws(self, s: FilterState, samples: int, generator=None,
+              parts: Parts | None = None) -> torch.Tensor:
+        """S joint draws (S, n) of v_{t+1} | x_{1:t}: g_{t+1} from the transition, then per
+        worker its regime (J shared by its node) and stall indicators and one Gaussian."""
+        parts = parts or self.parts()
+        mu_u, var_u = self.transition.carry_u(s.mu_u, s.var_u, parts.rho)
+        mu_g, var_g = self.transition.predict_g(s)
+        g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
+        loc, scale = self.emitter(g, self.embedding)
+        stall = torch.rand(loc.shape, generator=generator) < parts.log_w_e[1].exp()
+        var = scale.square_().add_(var_u).add_(self.step_variances(parts, samples, generator))
+        var = torch.where(stall, var + parts.stall_var[1], var)
+        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
+        return torch.where(stall, v + parts.shift[1], v)
 
     def predictor(self, samples: int | None = None, seed: int = 0) -> Predictor:
         return Predictor(self, samples or self.config.samples, seed)
@@ -413,26 +495,25 @@ class RuntimeModel(nn.Module):
     def sample_trace(self, iterations: int, seed: int) -> Trace:
         """Ancestral sampling from the generative model: a synthetic trace of ``iterations``."""
         gen = torch.Generator().manual_seed(seed)
-        tr = self.transition
-        step, log_w_u = tr.u_regimes()
-        cdf = log_w_u.exp().cumsum(0)[:-1]
+        tr, parts = self.transition, self.parts()
         g = torch.randn((1, self.config.latent_dim), generator=gen)
         u = tr.p0_u.sqrt() * torch.randn((1, self.n_workers), generator=gen)
         rows = []
         for _ in range(iterations):
             g = g @ tr.A.T + tr.b + tr.q_g.sqrt() * torch.randn(g.shape, generator=gen)
-            regime = (torch.rand((*u.shape, 1), generator=gen) > cdf).sum(-1)
-            u = tr.carry_u(u, torch.zeros_like(u), tr.rho)[0] + step[regime].sqrt() * torch.randn(
-                u.shape, generator=gen)
-            rows.append(self.emitter.unspace(self.emission(g, u).sample(gen)))
+            step = self.step_variances(parts, 1, gen)
+            u = tr.carry_u(u, torch.zeros_like(u), parts.rho)[0]
+            u = u + step.sqrt() * torch.randn(u.shape, generator=gen)
+            rows.append(self.emitter.unspace(self.emission(g, u, parts).sample(gen)))
         runtimes = torch.cat(rows).double().numpy() * self.scale_s
         return from_arrays(runtimes, meta={"source": "model-sample", "time_unit": self.time_unit,
-                                           "seed": seed})
+                                           "seed": seed}, node=self.node)
 
     def checkpoint(self, **extra) -> dict:
         """What ``load_model`` reads back: plain data and tensors only (safe to load)."""
         return {"format": FORMAT, "state_dict": self.state_dict(),
                 "config": dataclasses.asdict(self.config), "n_workers": self.n_workers,
+                "node": None if self.node is None else self.node.tolist(),
                 "normalisation": {"scale_s": self.scale_s, "time_unit": self.time_unit}, **extra}
 
 
@@ -452,10 +533,6 @@ class Predictor:
         with torch.inference_mode():
             self.state = model.initial_state(1)
             self.parts = model.parts()
-            parts = self.parts
-            self.p_stall = float(parts.log_w_e[1].exp())
-            self.constants = (parts.step.tolist(), parts.log_w_u.exp().cumsum(0)[:2].tolist(),
-                              (float(parts.shift[1]), float(parts.stall_var[1])))
 
     @torch.inference_mode()
     def observe(self, obs: Observation) -> None:
@@ -468,24 +545,9 @@ class Predictor:
 
     @torch.inference_mode()
     def draws(self) -> torch.Tensor:
-        """S joint draws of x_{t+1} (S, n), in seconds: g_{t+1} from the transition, then per
-        worker its regime and stall indicators and one Gaussian (cheaper than ``Mixture.sample``
-        over all six components, which it equals in distribution)."""
-        model, gen = self.model, self.generator
-        mu_u, var_u = model.transition.carry_u(self.state.mu_u, self.state.var_u, self.parts.rho)
-        mu_g, var_g = model.transition.predict_g(self.state)
-        g = mu_g + var_g.sqrt() * torch.randn((self.samples, mu_g.shape[-1]), generator=gen)
-        loc, scale = model.emitter(g, model.embedding)
-        # the regime's step variance by inverse CDF of one uniform; the stall from another
-        (q_u, q_j, q_r), (stay, stay_or_jump), (delta, stall_var) = self.constants
-        w = torch.rand(loc.shape, generator=gen)
-        step = torch.where(w < stay, q_u, torch.where(w < stay_or_jump, q_j, q_r))
-        stall = torch.rand(loc.shape, generator=gen) < self.p_stall
-        var = scale.square_().add_(var_u).add_(step)
-        var = torch.where(stall, var + stall_var, var)
-        v = var.sqrt_().mul_(torch.randn(loc.shape, generator=gen)).add_(loc).add_(mu_u)
-        v = torch.where(stall, v + delta, v)
-        return model.emitter.unspace(v) * model.scale_s
+        """S joint draws of x_{t+1} (S, n), in seconds (``RuntimeModel.draws``)."""
+        v = self.model.draws(self.state, self.samples, self.generator, self.parts)
+        return self.model.emitter.unspace(v) * self.model.scale_s
 
     def expected_order_stats(self) -> np.ndarray:
         """E[x_(c)], c = 1..n, in seconds: the mean of the sorted joint draws."""
@@ -508,7 +570,7 @@ def load_model(path: str | Path) -> RuntimeModel:
     try:
         norm = ckpt["normalisation"]
         model = RuntimeModel(ModelConfig(**ckpt["config"]), int(ckpt["n_workers"]),
-                             norm["scale_s"], norm["time_unit"])
+                             norm["scale_s"], norm["time_unit"], ckpt["node"])
         model.load_state_dict(ckpt["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         why = str(exc).splitlines()[0]

@@ -97,7 +97,7 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     x, censored, m = normalised(trace, cfg.censoring)
-    model = RuntimeModel(cfg, trace.n_workers, m, trace.meta.get("time_unit", "s"))
+    model = RuntimeModel(cfg, trace.n_workers, m, trace.meta.get("time_unit", "s"), trace.node)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     fingerprint = _fingerprint(trace, cfg, seed)
     start, losses = 0, []

@@ -52,9 +52,9 @@ from tqdm import tqdm
 from bdsgd.config import Config
 from bdsgd.errors import UserError
 from bdsgd.io import write_json, write_with
-from bdsgd.policies import make_policy
+from bdsgd.policies import learns_from_history, make_policy
 from bdsgd.provenance import stamp
-from bdsgd.throughput import observation, require_complete
+from bdsgd.throughput import observation, read_history, require_complete, warm_up
 from bdsgd.traces.io import read_trace
 from bdsgd.traces.schema import Trace
 from bdsgd.training.tasks import Task, load_task
@@ -160,7 +160,8 @@ def _torch_settings(threads: int, device: torch.device):
         torch.set_deterministic_debug_mode(before[1])
 
 
-def _build_policy(cfg: Config, name: str, trace: Trace, seed: int, model_path):
+def _build_policy(cfg: Config, name: str, trace: Trace, seed: int, model_path,
+                  history: Trace | None):
     runtime_model = None
     if name == "bdsgd" or name.startswith("explore-bdsgd"):
         if model_path is None:
@@ -170,11 +171,14 @@ def _build_policy(cfg: Config, name: str, trace: Trace, seed: int, model_path):
 
         runtime_model = load_model(model_path)
     try:
-        return make_policy(name, trace.n_workers, cfg.policies, seed=seed,
-                           comm_s=cfg.throughput.comm_s, runtimes=trace.runtimes,
-                           model=runtime_model)
+        policy = make_policy(name, trace.n_workers, cfg.policies, seed=seed,
+                             comm_s=cfg.throughput.comm_s, runtimes=trace.runtimes,
+                             model=runtime_model)
     except ValueError as exc:
         raise UserError("--policy", "policy", str(exc)) from None
+    if history is not None and learns_from_history(name):
+        warm_up(policy, history, cfg.throughput.comm_s)
+    return policy
 
 
 def _replay_policy(policy, trace: Trace, cutoffs: list[int], comm_s: float) -> None:
@@ -199,9 +203,11 @@ def _wandb_run(cfg: Config, task: str, policy: str, seed: int, out_dir: Path):
 
 
 def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
-              model_path=None) -> Path:
+              model_path=None, history_path=None) -> Path:
     """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
-    out_dir/checkpoint.pt while it runs, from which an interrupted run resumes)."""
+    out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
+    ``history_path``: the trace's iterations before the replayed ones (its training part), which
+    a policy that learns from observations sees first (``bdsgd.throughput.warm_up``)."""
     wall_start = time.perf_counter()
     tc, comm_s = cfg.train, cfg.throughput.comm_s
     out_dir = Path(out_dir)
@@ -212,7 +218,8 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
                         f"no target accuracy for task {task!r}: time-to-accuracy needs one")
     target = tc.target_accuracy[task]
     data = load_task(task, tc.data_dir)
-    pol = _build_policy(cfg, policy, trace, seed, model_path)
+    history = read_history(history_path, trace, str(trace_path))
+    pol = _build_policy(cfg, policy, trace, seed, model_path, history)
     T, n = trace.runtimes.shape
     try:
         streams = WorkerStreams(len(data.train), n, tc.batch_size, seed)
@@ -227,7 +234,9 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
           f"device {device}")
 
     identity = {"config_hash": cfg.hash(), "task": task, "policy": policy, "seed": seed,
-                "trace_sha256": hashlib.sha256(trace.runtimes.tobytes()).hexdigest()}
+                "trace_sha256": hashlib.sha256(trace.runtimes.tobytes()).hexdigest(),
+                "history_sha256": None if history is None else hashlib.sha256(
+                    history.runtimes.tobytes()).hexdigest()}
     ckpt_path = out_dir / "checkpoint.pt"
     with _torch_settings(tc.threads, device):
         torch.manual_seed(seed)
@@ -322,6 +331,8 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
     }
     write_json(out_dir / "result.json", {
         **stamp(cfg, seed, task=task, policy=policy, trace=str(trace_path), trace_meta=trace.meta),
+        "history": None if history is None else {"path": str(history_path),
+                                                 "n_iterations": history.n_iterations},
         "summary": summary, "wallclock": wallclock})
     ckpt_path.unlink()  # the run is complete: its outputs replace the checkpoint
     tta = summary["time_to_target_s"]

@@ -1,11 +1,13 @@
 # Stage 4: convergence runs on the virtual cluster (task x policy x seed), whose clock is driven
-# by the test part of the trace named in train.trace.
+# by the test part of the trace named in train.trace; policies that learn from observations
+# first see its training part (--history), as the server that gathered it would have.
 
 
 rule train:
     input:
         config=CONFIG_FILE,
         trace=f"{RESULTS}/traces/{TRAIN['trace']}/test.parquet",
+        history=f"{RESULTS}/traces/{TRAIN['trace']}/train.parquet",
         model=lambda wc: model_input(TRAIN["trace"], [wc.policy]),
     output:
         result=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/result.json",
@@ -24,4 +26,5 @@ rule train:
         "../../environment.yml"
     shell:
         "bdsgd train --config {input.config} --task {wildcards.task} --policy {wildcards.policy} "
-        "--seed {wildcards.seed} --trace {input.trace} {params.model} --out {params.out} > {log} 2>&1"
+        "--seed {wildcards.seed} --trace {input.trace} --history {input.history} {params.model} "
+        "--out {params.out} > {log} 2>&1"
