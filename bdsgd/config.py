@@ -93,6 +93,7 @@ class PoliciesConfig:
     bandit_discount: float
     bandit_confidence: float
     bayes_samples: int
+    compile: bool
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 A decision is everything the parameter server does per iteration with the bdsgd policy: one
 filtering step on the censored observation (``observe``), S joint predictive draws sorted into
 E[x_(c)] (``expected_order_stats``), and the decision rule. Targets (issue 13): p50 <= 1 ms at
-158 workers and <= 10 ms at 2,048. For scale, the same core's time for one mini-batch gradient
-of the CIFAR-10 network (batch 32) is measured side by side.
+158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the node-shared jump regime).
+Each n is timed eager and with the filtering step compiled (``policies.compile``; the compile
+time, once per process, is printed apart). For scale, the same core's time for one mini-batch
+gradient of the CIFAR-10 network (batch 32) is measured side by side.
 
     .venv/bin/python benchmarks/bench_model.py [--quick]
 """
@@ -29,10 +31,11 @@ CFG = from_dict({"experiment": "bench", "traces": {"t": {"source": "simulate"}},
                  "train": {"trace": "t", "tasks": ["digits"]}}).model
 
 
-def decision_latency(n: int, iterations: int) -> np.ndarray:
-    """Seconds per decision (observe + predict + decide) over a replay of random run-times."""
+def decision_latency(n: int, iterations: int, compile: bool) -> tuple[np.ndarray, float]:
+    """Seconds per decision (observe + predict + decide) over a replay of random run-times, and
+    the seconds of the first decision (which compiles)."""
     torch.manual_seed(0)
-    predictor = RuntimeModel(CFG, n).predictor(seed=0)
+    predictor = RuntimeModel(CFG, n, node=np.arange(n) // 4).predictor(seed=0, compile=compile)
     x = np.exp(np.random.default_rng(0).normal(0, 0.3, (iterations + 10, n)))
     c, times = n, []
     for t, row in enumerate(x):
@@ -41,7 +44,7 @@ def decision_latency(n: int, iterations: int) -> np.ndarray:
         predictor.observe(obs)
         c = decide(predictor.expected_order_stats(), "rate", 0.8 * n)
         times.append(time.perf_counter() - start)
-    return np.array(times[10:])  # the first few warm the allocator up
+    return np.array(times[10:]), times[0]  # the first few warm the allocator up
 
 
 def gradient_time(repeats: int) -> float:
@@ -75,13 +78,15 @@ def main() -> None:
     grad = gradient_time(3 if args.quick else 10)
     print(f"one core; S = {CFG.samples} draws; CIFAR-10 net gradient (batch 32): "
           f"{grad * 1e3:.1f} ms")
-    print(f"{'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'target ms':>10} {'p50/target':>10} "
-          f"{'p50/gradient':>12}")
+    print(f"{'n':>6} {'filter':>8} {'p50 ms':>8} {'p99 ms':>8} {'target ms':>10} "
+          f"{'p50/target':>10} {'p50/gradient':>12} {'first s':>8}")
     for n, target in ((16, None), (158, 1.0), (2048, 10.0)):
-        t = decision_latency(n, iterations) * 1e3
-        p50, p99 = np.percentile(t, [50, 99])
-        ratio = f"{p50 / target:10.2f}" if target else f"{'-':>10}"
-        print(f"{n:6d} {p50:8.3f} {p99:8.3f} {target or '-':>10} {ratio} {p50 / 1e3 / grad:12.4f}")
+        for compile in (False, True):
+            t, first = decision_latency(n, iterations, compile)
+            p50, p99 = np.percentile(t * 1e3, [50, 99])
+            ratio = f"{p50 / target:10.2f}" if target else f"{'-':>10}"
+            print(f"{n:6d} {'compiled' if compile else 'eager':>8} {p50:8.3f} {p99:8.3f} "
+                  f"{target or '-':>10} {ratio} {p50 / 1e3 / grad:12.4f} {first:8.1f}")
     T = 128 if args.quick else 512
     cfg = dataclasses.asdict(CFG)
     print(f"training, one epoch of T = {T} iterations (chunk {cfg['chunk']}, "

@@ -401,3 +401,22 @@ def test_a_node_slowing_down_at_once_is_a_jump_not_four_stalls(trained):
         median = np.median(pred.draws().numpy(), axis=0)
         ratio[name] = median[:4].mean() / median[4:].mean()
     assert ratio["node"] > 1.7 and ratio["alone"] < 1.3, ratio
+
+
+def test_compiled_filter_forecasts_as_the_eager_one(trained):
+    """policies.compile: the filtering step through torch.compile gives the eager forecast (to
+    float rounding), also with deterministic algorithms enforced as the trainer does."""
+    model = load_model(trained)
+    x = cluster(12, 8, seed=6)
+    before = torch.get_deterministic_debug_mode()
+    torch.set_deterministic_debug_mode("error")
+    try:
+        forecasts = []
+        for compile in (False, True):
+            pred = model.predictor(samples=64, seed=0, compile=compile)
+            for t in range(12):
+                pred.observe(observation(t, x[t], 6, 0.0))
+            forecasts.append(pred.expected_order_stats())
+    finally:
+        torch.set_deterministic_debug_mode(before)
+    np.testing.assert_allclose(forecasts[1], forecasts[0], rtol=1e-4)

@@ -114,7 +114,7 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     elif name == "bdsgd":
         if model is None:
             raise ValueError("bdsgd needs a run-time model")
-        predictor = model.predictor(samples=model.config.samples, seed=seed)
+        predictor = model.predictor(samples=model.config.samples, seed=seed, compile=cfg.compile)
     elif name == "bayes":
         if truth is None:
             raise ValueError("bayes needs the simulator's truth")

@@ -117,8 +117,9 @@ class Mixture:
 
 @dataclass
 class Parts:
-    """The scalar parameters of u's regimes and the emitter's stall, as plain tensors: computed
-    once per predictor, not once per decision."""
+    """Everything that does not depend on the data: the scalar parameters of u's regimes and the
+    emitter's stall, and the workers' embeddings projected through the layers they enter.
+    Computed once per training sequence batch or per predictor, not once per iteration."""
 
     step: torch.Tensor  # (q_u, q_j, q_r)
     log_w_u: torch.Tensor  # log P(regime): stay, jump, reset
@@ -127,6 +128,8 @@ class Parts:
     shift: torch.Tensor  # (0, delta)
     stall_var: torch.Tensor  # (0, s_st^2)
     log_w_e: torch.Tensor  # (log(1 - pi), log pi)
+    emitter_e: tuple[torch.Tensor, ...]  # ``Emitter.project``
+    phi_e: torch.Tensor  # (n, H) ``InferenceNetwork.project``
 
 
 class Nodes:
@@ -146,6 +149,12 @@ class Nodes:
 
     def spread(self, y: torch.Tensor) -> torch.Tensor:
         return y if self.singletons else y.index_select(-1, self.index)
+
+
+def softplus(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + e^x) as max(x, 0) + log(1 + e^-|x|): F.softplus's log1p is not vectorised on CPU
+    (here 6x slower on the S x n draws of a decision)."""
+    return x.clamp_min(0) + (1 + (-x.abs()).exp()).log()
 
 
 def stack(a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -239,13 +248,21 @@ class Emitter(nn.Module):
             self.to_loc.bias[-1] = 0.0 if emission == "lognormal" else 1.0
             self.to_scale.bias[-1] = -2.2
 
-    def forward(self, g: torch.Tensor, embedding: torch.Tensor):
-        """(f, s), each (..., n), at cluster state g (..., d): the emitter without u."""
-        e = F.pad(embedding, (0, 1), value=1.0)  # [e_w, 1]
+    def project(self, embedding: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The output layers times [e_w, 1], (W_f^T [e, 1]^T, c_f^T [e, 1]^T, and the same for
+        s): per-worker weights (., n), so that ``forward`` is one matrix product per output."""
+        e = F.pad(embedding, (0, 1), value=1.0).T  # (worker_dim + 1, n)
+        return (self.to_loc.weight.T @ e, self.to_loc.bias @ e, self.to_scale.weight.T @ e,
+                self.to_scale.bias @ e)
+
+    def forward(self, g: torch.Tensor, projected: tuple[torch.Tensor, ...]):
+        """(f, s), each (..., n), at cluster state g (..., d): the emitter without u.
+        ``projected``: ``project(embedding)``."""
+        loc_w, loc_b, scale_w, scale_b = projected
         h = self.hidden(g)
         # g also enters linearly, so a load the training trace never had is still expressible
-        loc = self.to_loc(torch.cat([h, g], -1)) @ e.T
-        return loc, F.softplus(self.to_scale(h) @ e.T) + 1e-3
+        loc = torch.cat([h, g], -1) @ loc_w + loc_b
+        return loc, softplus(h @ scale_w + scale_b) + 1e-3
 
     def stall_parts(self):
         """Shifts (0, delta), added variances (0, s_st^2), log weights (log(1 - pi), log pi)."""
@@ -280,11 +297,16 @@ class InferenceNetwork(nn.Module):
         self.hidden_to_loc = nn.Linear(hidden_dim, latent_dim)
         self.hidden_to_scale = nn.Linear(hidden_dim, latent_dim)
 
-    def summarise(self, h, y, censored, embedding):
-        """h_t = GRU(h_{t-1}, mean_w phi(y_w, c_w, e_w))."""
-        e = embedding.expand(*y.shape, -1)
-        features = self.phi(torch.cat([y[..., None], censored[..., None].float(), e], -1))
-        return self.rnn(features.mean(-2), h)
+    def project(self, embedding: torch.Tensor) -> torch.Tensor:
+        """phi's first layer on the embeddings alone, (n, H): the part of it fixed per worker."""
+        first = self.phi[0]
+        return embedding @ first.weight[:, 2:].T + first.bias
+
+    def summarise(self, h, y, censored, projected):
+        """h_t = GRU(h_{t-1}, mean_w phi(y_w, c_w, e_w)); ``projected``: ``project(e)``."""
+        w = self.phi[0].weight
+        first = projected + y[..., None] * w[:, 0] + censored[..., None] * w[:, 1]
+        return self.rnn(self.phi[1:](first).mean(-2), h)
 
     def combine_g(self, prior_mu_g, h):
         """Combiner: q(g_t | g-prior mean, h_t), mean and variance. The mean is the prior mean
@@ -386,12 +408,13 @@ class RuntimeModel(nn.Module):
 
     def parts(self) -> Parts:
         return Parts(*self.transition.u_regimes(), self.transition.rho,
-                     *self.emitter.stall_parts())
+                     *self.emitter.stall_parts(), self.emitter.project(self.embedding),
+                     self.inference.project(self.embedding))
 
     def emission(self, g: torch.Tensor, u: torch.Tensor, parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, u_t): the emitter's normal and stall parts at level f(g, e_w) + u."""
         parts = parts or self.parts()
-        loc, scale = self.emitter(g, self.embedding)
+        loc, scale = self.emitter(g, parts.emitter_e)
         shift, stall_var, log_w = (stack(a, loc) for a in (parts.shift, parts.stall_var,
                                                            parts.log_w_e))
         return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift), u)
@@ -415,9 +438,9 @@ class RuntimeModel(nn.Module):
         """One filtering step: q(z_t | x_{1:t}) from q(z_{t-1} | x_{1:t-1}) and x_t (B, n),
         normalised; where ``censored``, x holds the cutoff time tau~ instead. ``parts``: the
         model's scalar parameters, when the caller has them already (``Predictor``)."""
-        h = self.inference.summarise(s.h, x.log(), censored, self.embedding)
-        mu_g, var_g = self.inference.combine_g(self.transition.predict_g(s)[0], h)
         parts = parts or self.parts()
+        h = self.inference.summarise(s.h, x.log(), censored, parts.phi_e)
+        mu_g, var_g = self.inference.combine_g(self.transition.predict_g(s)[0], h)
         mix = self.mixture(mu_g, s.mu_u, s.var_u, parts)
         mu_u, var_u, _ = worker_update(mix, self.emitter.space(x), censored, self.nodes,
                                        parts.log_w_j)
@@ -466,30 +489,40 @@ class RuntimeModel(nn.Module):
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
         return self.mixture(g, s.mu_u, s.var_u, parts)
 
-    def step_variances(self, parts: Parts, samples: int, generator=None) -> torch.Tensor:
-        """Draws (S, n) of u's step variance: J per node, then R per worker."""
+    def step_variances(self, parts: Parts, samples: int, generator=None,
+                       reset: torch.Tensor | None = None) -> torch.Tensor:
+        """Draws (S, n) of u's step variance: J per node, then R per worker (or ``reset``)."""
         q_u, q_j, q_r = parts.step
         jump = torch.rand((samples, self.nodes.count), generator=generator) < parts.log_w_j[1].exp()
-        reset = torch.rand((samples, self.n_workers), generator=generator) < RESET_PROB
-        return torch.where(reset, q_r, torch.where(self.nodes.spread(jump), q_j, q_u))
+        step = self.nodes.spread(jump * (q_j - q_u) + q_u)
+        if reset is None:
+            reset = torch.rand(step.shape, generator=generator) < RESET_PROB
+        return step + reset * (q_r - step)
 
     def draws(self, s: FilterState, samples: int, generator=None,
               parts: Parts | None = None) -> torch.Tensor:
         """S joint draws (S, n) of v_{t+1} | x_{1:t}: g_{t+1} from the transition, then per
-        worker its regime (J shared by its node) and stall indicators and one Gaussian."""
+        worker its regime (J shared by its node) and stall indicators and one Gaussian.
+        One uniform serves both the reset R and the stall B, independent: U < p_r pi gives both,
+        U < p_r R alone, U < p_r + (1 - p_r) pi B alone (a uniform per worker and draw is a
+        tenth of a decision's time at n = 158)."""
         parts = parts or self.parts()
         mu_u, var_u = self.transition.carry_u(s.mu_u, s.var_u, parts.rho)
         mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
-        loc, scale = self.emitter(g, self.embedding)
-        stall = torch.rand(loc.shape, generator=generator) < parts.log_w_e[1].exp()
-        var = scale.square_().add_(var_u).add_(self.step_variances(parts, samples, generator))
-        var = torch.where(stall, var + parts.stall_var[1], var)
+        loc, scale = self.emitter(g, parts.emitter_e)
+        p_stall = parts.log_w_e[1].exp()
+        w = torch.rand(loc.shape, generator=generator)
+        reset = w < RESET_PROB
+        stall = (w < RESET_PROB * p_stall) | (~reset & (w < RESET_PROB + (1 - RESET_PROB) * p_stall))
+        var = scale.square_().add_(var_u).add_(self.step_variances(parts, samples, generator, reset))
+        var.add_(stall * parts.stall_var[1])
         v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
-        return torch.where(stall, v + parts.shift[1], v)
+        return v.add_(stall * parts.shift[1])
 
-    def predictor(self, samples: int | None = None, seed: int = 0) -> Predictor:
-        return Predictor(self, samples or self.config.samples, seed)
+    def predictor(self, samples: int | None = None, seed: int = 0,
+                  compile: bool = False) -> Predictor:
+        return Predictor(self, samples or self.config.samples, seed, compile)
 
     @torch.no_grad()
     def sample_trace(self, iterations: int, seed: int) -> Trace:
@@ -522,11 +555,15 @@ class Predictor:
 
     ``observe`` runs one filtering step on what the server saw (accepted run-times, and tau for
     the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them, with S
-    at least ``samples`` and at least DRAW_BUDGET / n.
+    at least ``samples`` and at least DRAW_BUDGET / n. ``compile``: the filtering step through
+    torch.compile (fused kernels: a few times faster at n = 158, where eager time is per-operation
+    overhead; the first step compiles, ~30 s). The draws stay eager: a seeded torch.Generator
+    breaks the graph.
     """
 
-    def __init__(self, model: RuntimeModel, samples: int, seed: int):
+    def __init__(self, model: RuntimeModel, samples: int, seed: int, compile: bool = False):
         self.model = model.eval()
+        self.step = torch.compile(model.step, dynamic=False) if compile else model.step
         self.samples = max(samples, -(-DRAW_BUDGET // model.n_workers))
         self.generator = torch.Generator().manual_seed(seed)
         self.impute = model.config.censoring == "impute"
@@ -541,7 +578,7 @@ class Predictor:
         x = torch.where(censored, obs.cutoff_time, seen) / self.model.scale_s
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
-        self.state = self.model.step(self.state, x[None], censored[None], self.parts)
+        self.state = self.step(self.state, x[None], censored[None], self.parts)
 
     @torch.inference_mode()
     def draws(self) -> torch.Tensor:
