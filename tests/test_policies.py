@@ -34,7 +34,7 @@ class LastIteration:
 class FakeModel:
     config = dataclasses.make_dataclass("C", [("samples", int)])(8)
 
-    def predictor(self, samples, seed):
+    def predictor(self, samples, seed, compile):
         return LastIteration()
 
 

@@ -86,7 +86,7 @@ def test_config_sets_rule_and_comm(tmp_path):
 class FakeModel:
     config = types.SimpleNamespace(samples=4)
 
-    def predictor(self, samples, seed):
+    def predictor(self, samples, seed, compile):
         assert samples == 4
         return LastIteration()
 
