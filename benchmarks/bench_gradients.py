@@ -35,13 +35,14 @@ def loop_step(model, optimizer, x, y, c, device):
     optimizer.step()
 
 
-def seconds(step, x, min_total=0.5, repeats=3) -> float:
-    """Best of ``repeats`` timings of step(), each over enough calls to last ``min_total`` s."""
+def seconds(step, device: torch.device, min_total=0.5, repeats=3) -> float:
+    """Best of ``repeats`` timings of step(), each over enough calls to last ``min_total`` s
+    (waiting for ``device`` to finish, on CUDA)."""
     def timed(calls: int) -> float:
         start = time.perf_counter()
         for _ in range(calls):
             step()
-        if x.is_cuda:
+        if device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
@@ -83,11 +84,11 @@ def main() -> None:
             model = model.to(device)
             # lr 0: the model stays put, so every variant times the same computation.
             opt = torch.optim.SGD(model.parameters(), lr=0.0)
-            loop = seconds(partial(loop_step, model, opt, x, y, c, device), x)
+            loop = seconds(partial(loop_step, model, opt, x, y, c, device), x.device)
             reference = grads(model)
             times, diffs = [], []
             for chunk in (size, args.chunk):
-                times.append(seconds(partial(sgd_step, model, opt, x, y, chunk, device), x))
+                times.append(seconds(partial(sgd_step, model, opt, x, y, chunk, device), x.device))
                 diffs.append((grads(model) - reference).abs().max().item())
             print(f"{name:<12} {c:>3} {loop * 1e3:>9.2f} {times[0] * 1e3:>9.2f} "
                   f"{times[1] * 1e3:>9.2f} {loop / times[0]:>13.2f}x {loop / times[1]:>15.2f}x "

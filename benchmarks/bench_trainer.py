@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_gradients import seconds  # a sibling script: benchmarks/ is sys.path[0]
 
 from bdsgd.config import from_dict
 from bdsgd.runtime_model.train import train_model
@@ -132,23 +133,6 @@ def config(args, data_dir: Path, device: str, iterations: int):
     }, "<bench_trainer>")
 
 
-def seconds(step, device: torch.device, min_total: float = 0.3, repeats: int = 3) -> float:
-    """Best of ``repeats`` timings of step(), each over enough calls to last ``min_total`` s."""
-    def timed(calls: int) -> float:
-        start = time.perf_counter()
-        for _ in range(calls):
-            step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
-
-    timed(1)  # warm-up
-    calls = 1
-    while timed(calls) < min_total / repeats:
-        calls *= 2
-    return min(timed(calls) / calls for _ in range(repeats))
-
-
 def iteration_parts(args, task, device: torch.device) -> dict[str, float]:
     """Seconds of the parts of one iteration at c = n (every worker accepted)."""
     streams = WorkerStreams(len(task.train), args.workers, args.batch, seed=0)
@@ -158,18 +142,19 @@ def iteration_parts(args, task, device: torch.device) -> dict[str, float]:
     model = task.make_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every step times the same
     x_dev, y_dev = x.to(device), y.to(device)
-    parts = {"gather": seconds(partial(task.batch, task.train, indices), torch.device("cpu")),
-             "copy": seconds(partial(x.to, device), device)}
+    timed = partial(seconds, min_total=0.3)
+    parts = {"gather": timed(partial(task.batch, task.train, indices), torch.device("cpu")),
+             "copy": timed(partial(x.to, device), device)}
     step = partial(sgd_step, model, optimizer, x_dev, y_dev, args.chunk, device)
     with _torch_settings(args.threads, device), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # counted in the runs
-        parts["step"] = seconds(step, device)
+        parts["step"] = timed(step, device)
     with _torch_settings(args.threads, device):
         torch.set_deterministic_debug_mode("default")
-        parts["step, not deterministic"] = seconds(step, device)
+        parts["step, not deterministic"] = timed(step, device)
     images, _ = task.train.tensors
     resident, resident_indices = images.to(device), torch.as_tensor(indices, device=device)
-    parts["gather on device"] = seconds(partial(resident.__getitem__, resident_indices), device)
+    parts["gather on device"] = timed(partial(resident.__getitem__, resident_indices), device)
     return parts
 
 
