@@ -45,14 +45,14 @@ with c = 1 for a worker cut off at tau (x~ then holds tau~). The worker part is 
 u_{t,w} is conditionally a mixture of 3 x 2 Gaussians (regime x stall) whose posterior after
 an observed v, or after the censored fact v > log tau~, is moment-matched back to one Gaussian
 (assumed-density filtering, ``worker_update``); the shared J is weighed on all of a node's
-observations at once. It has no learnt part, so it behaves the same in
-states that training never visited.
+observations at once. It has no learnt part, so it behaves the same in states that training
+never visited.
 
 Objective. The worker part is integrated out (Rao-Blackwellised), so per iteration the model
 scores the one-step predictive of u together with q(g_t):
     L = sum_t E_{q(g_t)}[log p(x_t | g_t, x_{1:t-1})] + E_q[log p(g_t | g_{t-1})] + H[q(g_t)],
-p(x_t | g_t, x_{1:t-1}) the worker mixtures' joint marginal (``node_posterior``'s normaliser) and the
-last two terms analytic. A censored worker contributes log P(x > tau | ...) (``censoring:
+p(x_t | g_t, x_{1:t-1}) the worker mixtures' joint marginal (``node_posterior``'s normaliser)
+and the last two terms analytic. A censored worker contributes log P(x > tau | ...) (``censoring:
 likelihood``, unbiased), or, as the paper did, is replaced by an uncensored run-time of the same
 iteration drawn at random (``censoring: impute``, biased low: the uncensored ones are short).
 """
