@@ -255,72 +255,91 @@ def regime_weights(p_j, p_r, p_stall):
     return (regime[:, None] * torch.tensor([1 - p_stall, p_stall])).flatten()
 
 
+def with_episodes(w6: torch.Tensor, log_p_c: torch.Tensor, nodes: Nodes) -> torch.Tensor:
+    """The twelve components' log weights per worker: episode off, then on, times ``w6``."""
+    return torch.cat([w6.log()[:, None] + nodes.spread(c) for c in log_p_c])
+
+
 @pytest.mark.parametrize("censored", [False, True])
 @pytest.mark.parametrize("v", [-0.3, 0.1, 0.9])
 def test_worker_update_matches_numerical_integration(v, censored):
-    """The assumed-density update of u (regime x stall mixture, observed or censored at v) has
-    the mean and variance of the exact posterior, and log p(v) its normaliser: both checked
-    against integration over a fine grid of u."""
-    mu, p_j = 0.05, 0.05
-    c = torch.tensor([0.0, 0.7] * 3)  # component offsets: stall shift 0.7
-    p = torch.tensor([0.01, 0.01, 0.3, 0.3, 2.0, 2.0])  # prior variance of u: stay / jump / reset
-    r = torch.tensor([0.04, 0.2] * 3)  # emitter variance: normal / stall
-    w = regime_weights(p_j, 0.04, 0.1)
-    mix = Mixture((mu + c)[:, None], (p + r)[:, None], w.log()[:, None], p[:, None],
-                  torch.tensor([mu]))
+    """The assumed-density update of u (episode x regime x stall mixture, observed or censored
+    at v) has the mean and variance of the exact posterior, log p(v) its normaliser and P(C = 1)
+    the episode's posterior: all checked against integration over a fine grid of u."""
+    mu, p_j, p_c = 0.05, 0.05, 0.3
+    c = torch.tensor([0.0, 0.7] * 3 + [0.4, 1.1] * 3)  # offsets: stall 0.7, episode 0.4
+    p = torch.tensor([0.01, 0.01, 0.3, 0.3, 2.0, 2.0] * 2)  # prior variance of u by regime
+    r = torch.tensor([0.04, 0.2] * 3 + [0.06, 0.22] * 3)  # emitter (+ episode) variance
+    log_p_c = torch.tensor([[1 - p_c], [p_c]]).log()
+    log_w = with_episodes(regime_weights(p_j, 0.04, 0.1), log_p_c, Nodes(None, 1))
+    mix = Mixture((mu + c)[:, None], (p + r)[:, None], log_w, p[:, None], torch.tensor([mu]),
+                  log_p_c)
     flag = torch.tensor([censored])
     log_w_j = torch.tensor([1 - p_j, p_j]).log()
-    mean, var, logp = worker_update(mix, torch.tensor([v]), flag, Nodes(None, 1), log_w_j)
+    mean, var, logp, post_c = worker_update(mix, torch.tensor([v]), flag, Nodes(None, 1), log_w_j)
 
     u = np.linspace(-12, 12, 400_001)
     prior = [np.exp(-0.5 * (u - mu) ** 2 / pk) / np.sqrt(2 * np.pi * pk) for pk in p.numpy()]
     f = norm.sf if censored else norm.pdf  # P(V > v | u) or p(v | u) in component k
     lik = [f(v, loc=u + ck, scale=np.sqrt(rk)) for ck, rk in zip(c.numpy(), r.numpy(), strict=True)]
-    post = sum(wk * pk * lk for wk, pk, lk in zip(w.numpy(), prior, lik, strict=True))
+    parts = [wk * pk * lk for wk, pk, lk in zip(log_w.exp()[:, 0].numpy(), prior, lik, strict=True)]
+    post = sum(parts)
     z = np.trapezoid(post, u)
     m = np.trapezoid(u * post, u) / z
     assert float(mean) == pytest.approx(m, abs=1e-4)
     assert float(var) == pytest.approx(np.trapezoid((u - m) ** 2 * post, u) / z, rel=1e-3)
     assert float(logp) == pytest.approx(np.log(z), abs=1e-4)
+    assert float(post_c) == pytest.approx(np.trapezoid(sum(parts[6:]), u) / z, abs=1e-5)
 
 
 def test_node_posterior_matches_enumeration():
-    """With J shared by a node's workers, the component posteriors and the normaliser equal
-    those of brute-force enumeration over J and every worker's component."""
+    """With the episode C and the jump J shared by a node's workers, the component posteriors,
+    the normaliser and P(C = 1 | node) equal those of brute-force enumeration over (C, J) and
+    every worker's component."""
     p_j, p_r, p_stall = 0.1, 0.05, 0.2
     node = np.array([0, 0, 1, 0, 1])  # two nodes, of three workers and two
-    loglik = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))  # log p(v_w | comp)
+    nodes = Nodes(node, 5)
+    p_c = torch.tensor([0.3, 0.6])  # P(C = 1) of each node
+    log_p_c = torch.stack([1 - p_c, p_c]).log()
+    loglik = torch.randn(12, 5, generator=torch.Generator().manual_seed(0))  # log p(v_w | comp)
     w = regime_weights(p_j, p_r, p_stall)
-    r, log_norm = node_posterior(w.log()[:, None] + loglik, Nodes(node, 5),
-                                 torch.tensor([1 - p_j, p_j]).log())
+    log_w_j = torch.tensor([1 - p_j, p_j]).log()
+    r, log_norm, post_c = node_posterior(with_episodes(w, log_p_c, nodes) + loglik, nodes,
+                                         log_w_j, log_p_c)
 
-    # P(comp | J): stay needs J = 0, jump needs J = 1, reset goes with either
+    # P(comp | J) within an episode state: stay needs J = 0, jump J = 1, reset goes with either
     given = {0: torch.cat([w[:2] / (1 - p_j), torch.zeros(2), w[4:]]),
              1: torch.cat([torch.zeros(2), w[2:4] / p_j, w[4:]])}
-    expected, total = torch.zeros(6, 5), 0.0
+    expected, expected_c, total = torch.zeros(12, 5), torch.zeros(2), 0.0
     for k in (0, 1):
-        members = [np.flatnonzero(node == k)]
-        z_node = 0.0
-        for J, prior in ((0, 1 - p_j), (1, p_j)):
-            lik = given[J][:, None] * loglik[:, members[0]].exp()  # (6, workers of node k)
-            z = prior * lik.sum(0).prod()
-            z_node += z
-            # P(J, comp_w | v) = z * lik[comp, w] / sum_comp lik[:, w]
-            expected[:, members[0]] += z * lik / lik.sum(0)
-        expected[:, members[0]] /= z_node
+        members = np.flatnonzero(node == k)
+        z_node = z_on = 0.0
+        for C, prior_c in ((0, 1 - p_c[k]), (1, p_c[k])):
+            for J, prior_j in ((0, 1 - p_j), (1, p_j)):
+                comp = torch.zeros(12)
+                comp[6 * C:6 * C + 6] = given[J]
+                lik = comp[:, None] * loglik[:, members].exp()  # (12, workers of node k)
+                z = prior_c * prior_j * lik.sum(0).prod()
+                z_node, z_on = z_node + z, z_on + C * z
+                # P(C, J, comp_w | v) = z * lik[comp, w] / sum_comp lik[:, w]
+                expected[:, members] += z * lik / lik.sum(0)
+        expected[:, members] /= z_node
+        expected_c[k] = z_on / z_node
         total += math.log(z_node)
     assert r.numpy() == pytest.approx(expected.numpy(), abs=1e-5)
     assert float(log_norm) == pytest.approx(total, abs=1e-4)
+    assert post_c.numpy() == pytest.approx(expected_c.numpy(), abs=1e-5)
     # singleton nodes: the plain per-worker mixture posterior
-    r1, norm1 = node_posterior(w.log()[:, None] + loglik, Nodes(None, 5),
-                               torch.tensor([1 - p_j, p_j]).log())
-    joint = w.log()[:, None] + loglik
+    alone = Nodes(None, 5)
+    log_p_c = nodes.spread(log_p_c)
+    joint = with_episodes(w, log_p_c, alone) + loglik
+    r1, norm1, _ = node_posterior(joint, alone, log_w_j, log_p_c)
     assert r1.numpy() == pytest.approx(joint.softmax(0).numpy(), abs=1e-6)
     assert float(norm1) == pytest.approx(float(joint.logsumexp(0).sum()), abs=1e-4)
 
 
 def test_predictor_draws_follow_the_predictive_mixture(trained):
-    """Predictor.draws (indicators, then one Gaussian) and Mixture.sample (all six components)
+    """Predictor.draws (indicators, then one Gaussian) and Mixture.sample (all 12 components)
     draw from the same distribution: quantiles agree within Monte Carlo error."""
     model = load_model(trained)
     pred = model.predictor(samples=20_000, seed=1)
@@ -337,8 +356,10 @@ def test_predictor_draws_follow_the_predictive_mixture(trained):
 
 
 def test_a_straggler_cut_off_stays_slow_in_the_forecast(trained):
-    """A worker that turns 3x slow is seen once, then cut off (censored) for 30 iterations: its
-    forecast stays slow (the random walk does not pull it back to the others)."""
+    """A worker that turns 3x slow is seen twice, then cut off (censored) for 38 iterations: its
+    forecast stays slow (the random walk does not pull it back to the others). Not all of the 3x:
+    the trained cluster's episodes slowed workers 1.8x, and the part of the slowdown an episode
+    explains may have ended while the worker was cut off (a censored run-time cannot tell)."""
     model = load_model(trained)
     pred = model.predictor(samples=2000, seed=0)
     x = np.exp(np.random.default_rng(4).normal(0, 0.05, (60, 8)))
@@ -346,7 +367,7 @@ def test_a_straggler_cut_off_stays_slow_in_the_forecast(trained):
     for t in range(60):
         pred.observe(observation(t, x[t], 8 if t <= 21 else 7, 0.0))
     draws = np.median(pred.draws().numpy(), axis=0) / model.scale_s
-    assert draws[0] > 2.5 * np.median(draws[1:])
+    assert draws[0] > 1.6 * np.median(draws[1:])
 
 
 def test_a_change_larger_than_training_ever_had_is_followed(trained):
@@ -420,3 +441,32 @@ def test_compiled_filter_forecasts_as_the_eager_one(trained):
     finally:
         torch.set_deterministic_debug_mode(before)
     np.testing.assert_allclose(forecasts[1], forecasts[0], rtol=1e-4)
+
+
+def test_an_episode_is_shared_by_a_node_and_ends_for_its_cut_off_workers_too(trained):
+    """A node's four workers 1.5x slower for three iterations: the node's episode is on, the
+    other node's off, and the node's workers are forecast slow. Then two of them are back at the
+    others' pace and two are cut off: their node-mates end the episode for them too, where a
+    level jump of their own would have kept them slow (x > tau says little of a slow worker)."""
+    model = load_model(trained)
+    m = RuntimeModel(model.config, 8, model.scale_s, node=np.arange(8) // 4)
+    m.load_state_dict(model.state_dict())
+    with torch.no_grad():  # frequent, short episodes of a 1.5x slowdown; jumps rare
+        m.transition.jump_logit.fill_(math.log(1e-3))
+        m.transition.switch_logit.copy_(torch.tensor([0.02 / 0.3, 0.25 / 0.95]).logit())
+        m.transition.episode_shift.fill_(math.log(math.expm1(math.log(1.5))))
+        m.transition.episode_log_var.fill_(math.log(1e-3))
+    pred = m.predictor(samples=4000, seed=0)
+    x = np.exp(np.random.default_rng(6).normal(0, 0.03, (24, 8))) * m.scale_s
+    x[20:23, :4] *= 1.5
+    for t in range(23):
+        pred.observe(observation(t, x[t], 8, 0.0))
+    assert pred.state.p_c[0, 0] > 0.9 > 0.1 > pred.state.p_c[0, 1]
+    slow = np.median(pred.draws().numpy(), axis=0)
+    assert slow[:4].mean() > 1.3 * slow[4:].mean()
+    seen = x[23].copy()  # workers 0 and 1 cut off when the other six are in
+    seen[:2] = np.nan
+    pred.observe(Observation(t=23, cutoff=6, runtimes=seen, cutoff_time=float(x[23, 2:].max())))
+    assert pred.state.p_c[0, 0] < 0.1
+    after = np.median(pred.draws().numpy(), axis=0)
+    assert after[:2].mean() < 1.1 * after[2:].mean()

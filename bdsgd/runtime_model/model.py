@@ -5,31 +5,39 @@ unit-free: x~_{t,w} = x_{t,w} / m for iteration t and worker w = 1..n. The emitt
 v = log x~ (``lognormal``, the default: positive, heavy right tail) or in v = x~ (``gaussian``, the
 paper's; draws below zero are clamped to a tiny positive).
 
-Generative model. The latent state z_t = (g_t, u_t, k_t) has a cluster part g_t in R^d (load
-shared by all workers, its dynamics), a worker part u_t in R^n (each worker's own level: a slow
-node, a straggler) and u's regime: a jump indicator J_{t,k} per node k (a node's workers slow
-down and recover together) and a reset indicator R_{t,w} per worker::
+Generative model. The latent state z_t = (g_t, u_t, C_t, k_t) has a cluster part g_t in R^d
+(load shared by all workers, its dynamics), a worker part u_t in R^n (each worker's own level: a
+slow node, a straggler), an episode C_{t,k} in {0, 1} per node k (a node's workers slowed
+together for a while: contention, a noisy neighbour) and u's regime: a jump indicator J_{t,k} per
+node (a node's workers change level together) and a reset indicator R_{t,w} per worker::
 
     g_t     ~ N(A g_{t-1} + b, diag q_g)                                       (Transition)
     u_{t,w} ~ N(rho u_{t-1,w} + (1 - rho) mean_w' u_{t-1,w'}, q),
               q = q_r if R_{t,w}, else q_j if J_{t,k(w)}, else q_u;
               J_{t,k} ~ Bernoulli(p_j), R_{t,w} ~ Bernoulli(p_r)
-    v_{t,w} | z_t ~ (1 - pi) N(f(g_t, e_w) + u_{t,w}, s^2)                     (Emitter)
-                    + pi N(f(g_t, e_w) + u_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w)
+    P(C_{t,k} = 1 | C_{t-1,k}) = p_on if C_{t-1,k} = 0, 1 - p_off if 1
+    v_{t,w} | z_t ~ (1 - pi) N(m_{t,w}, s^2)                                   (Emitter)
+                    + pi N(m_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w),
+    m_{t,w} = f(g_t, e_w) + u_{t,w} + C_{t,k(w)} delta_c, its variance + C s_c^2
 
 independently over w given z_t. u is a random walk with occasional jumps, each worker pulled
 slowly (rho near 1, learnt) towards the workers' mean level: a contention episode or a load the
 training trace never had is followed in one iteration (the jump); a shift of the whole cluster is
-kept (the mean moves with it). J is shared by a node's workers (the trace's ``node`` column;
-without one, or with ``model.node_jumps: false``, every worker is its own node): a node whose
-workers slow down together is one event of probability p_j, not one per worker, so independent
-jumps do not inflate the forecast's slowest order statistics, and a node's slowdown is told from
-its workers' transient stalls after one iteration. A worker that turned slow stays slow in the
-forecast while it is cut off and unobserved, but not for ever (its censored run-times say little
-once it is believed slow, so without the pull a worker that recovered while cut off would never
-be tried again). The reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either
-way) keeps the filter open to changes far larger than any the training trace had (a worker
-turning 7x slower), which the learnt parts would otherwise explain away as stall after stall.
+kept (the mean moves with it). An episode is the transient kind of a node's slowdown: it ends
+with probability p_off (at least 5 %) per iteration, and a node-mate seen at its usual pace ends
+it for the node's workers that were cut off too. With only u, the level of a worker cut off
+after an episode came back only through the slow pull, and in the meantime it was cut off for
+nothing (6 of bdsgd's 14 wrong cutoffs on the emerging-straggler trace). C and J are shared by a
+node's workers (the trace's ``node`` column; without one, or with ``model.node_jumps: false``,
+every worker is its own node): a node whose workers slow down together is one event of
+probability p_j (or p_on), not one per worker, so independent jumps do not inflate the
+forecast's slowest order statistics, and a node's slowdown is told from its workers' transient
+stalls after one iteration. A worker that turned slow stays slow in the forecast while it is cut
+off and unobserved, but not for ever (its censored run-times say little once it is believed
+slow, so without the pull a worker that recovered while cut off would never be tried again).
+The reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either way) keeps the
+filter open to changes far larger than any the training trace had (a worker turning 7x slower),
+which the learnt parts would otherwise explain away as stall after stall.
 The emitter's second part is a transient stall (probability pi, shift delta > 0): a heavy right
 tail that a single Gaussian could only fake by widening everyone's spread. e_w is worker w's
 identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any n
@@ -42,11 +50,12 @@ iteration and no optimisation. The cluster part is a learnt recursion, as in Pyr
     q(g_t) = N(mu^g_t, diag sigma^g_t^2) = Combiner(A mu^g_{t-1} + b, h_t)
 
 with c = 1 for a worker cut off at tau (x~ then holds tau~). The worker part is exact given g:
-u_{t,w} is conditionally a mixture of 3 x 2 Gaussians (regime x stall) whose posterior after
-an observed v, or after the censored fact v > log tau~, is moment-matched back to one Gaussian
-(assumed-density filtering, ``worker_update``); the shared J is weighed on all of a node's
-observations at once. It has no learnt part, so it behaves the same in states that training
-never visited.
+u_{t,w} is conditionally a mixture of 2 x 3 x 2 Gaussians (episode x regime x stall) whose
+posterior after an observed v, or after the censored fact v > log tau~, is moment-matched back
+to one Gaussian (assumed-density filtering, ``worker_update``); the shared C and J are weighed on
+all of a node's observations at once, and P(C_{t,k} = 1 | x_{1:t}) is carried exactly (a
+two-state forward filter per node). It has no learnt part, so it behaves the same in states
+that training never visited.
 
 Objective. The worker part is integrated out (Rao-Blackwellised), so per iteration the model
 scores the one-step predictive of u together with q(g_t):
@@ -74,13 +83,14 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation
 from bdsgd.traces.schema import Trace, from_arrays
 
-FORMAT = "bdsgd-runtime-model/3"
+FORMAT = "bdsgd-runtime-model/4"
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 # Worker-draws per decision a predictor affords at least: S = max(samples, DRAW_BUDGET / n), so a
 # small cluster gets more draws where they are cheap (E[x_(n)] of a heavy tail is noisy at S = 64)
 DRAW_BUDGET = 8192
 LOG_2PI = math.log(2 * math.pi)
 RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime (see the module docstring): fixed
+MIN_OFF = 0.05  # an episode ends with probability >= 5 % per iteration (``Transition.switch``)
 
 
 @dataclass
@@ -92,19 +102,23 @@ class FilterState:
     var_g: torch.Tensor  # (B, d)
     mu_u: torch.Tensor  # (B, n)
     var_u: torch.Tensor  # (B, n)
+    p_c: torch.Tensor  # (B, K) P(C_{t,k} = 1 | x_{1:t}): node k is in an episode
 
 
 @dataclass
 class Mixture:
     """A per-worker mixture of K Gaussians in emission space, stacked on the first axis:
     v ~ sum_k w_k N(mean_k, var_k), where var_k = gain_var_k + the emitter's variance and
-    gain_var_k is the part owed to u (its prior variance in that component)."""
+    gain_var_k is the part owed to u (its prior variance in that component). w_k is each
+    worker's marginal weight; ``log_p_c`` is the node-level prior of the episode C that the
+    weights of a ``mixture`` include (per worker), for the node's joint likelihood."""
 
     mean: torch.Tensor  # (K, ..., n)
     var: torch.Tensor  # (K, ..., n)
-    log_w: torch.Tensor  # (K, 1, ...) broadcastable
+    log_w: torch.Tensor  # (K, ..., n) or broadcastable to it
     u_var: torch.Tensor  # (K, ..., n)  prior variance of u in component k
     u_mean: torch.Tensor  # (..., n)  prior mean of u (the same in every component)
+    log_p_c: torch.Tensor | None = None  # (2, ..., K) log P(C = 0, 1) per node
 
     def sample(self, generator=None) -> torch.Tensor:
         """One draw of v per entry (component by inverse CDF of the weights, then its Gaussian)."""
@@ -125,6 +139,8 @@ class Parts:
     log_w_u: torch.Tensor  # log P(regime): stay, jump, reset
     log_w_j: torch.Tensor  # log P(J): (log(1 - p_j), log p_j), the node's jump indicator
     rho: torch.Tensor  # () the pull of each worker's level towards the workers' mean
+    switch: torch.Tensor  # (p_on, p_off) of a node's episode C
+    episode: torch.Tensor  # (delta_c, s_c^2): an episode's shift of v and its added variance
     shift: torch.Tensor  # (0, delta)
     stall_var: torch.Tensor  # (0, s_st^2)
     log_w_e: torch.Tensor  # (log(1 - pi), log pi)
@@ -175,7 +191,8 @@ def gaussian_entropy(var):
 class Transition(nn.Module):
     """p(z_t | z_{t-1}): g_t ~ N(A g_{t-1} + b, diag q_g); u_{t,w} ~ N(u_{t-1,w}, q_u), or
     of variance q_j with probability p_j (a jump), or q_r with probability p_r (a reset);
-    u_0 ~ N(0, p_0)."""
+    u_0 ~ N(0, p_0); a node's episode C_{t,k} switches on with probability p_on and off with
+    p_off, C_0 from the stationary law p_on / (p_on + p_off)."""
 
     def __init__(self, latent_dim: int):
         super().__init__()
@@ -187,6 +204,10 @@ class Transition(nn.Module):
         self.jump_logit = nn.Parameter(torch.tensor(-6.0))  # p_j ~ 0.25 %: the data must ask for more
         self.log_p0_u = nn.Parameter(torch.tensor(math.log(0.01)))
         self.rho_logit = nn.Parameter(torch.tensor(4.6))  # rho = sigmoid(.) ~ 0.99
+        # episodes start rare (0.25 %), last ~5 iterations and slow a node by ~35 %
+        self.switch_logit = nn.Parameter(torch.tensor([-4.37, -1.67]))  # see ``switch``
+        self.episode_shift = nn.Parameter(torch.tensor(-1.05))  # delta_c = softplus(.) ~ 0.3
+        self.episode_log_var = nn.Parameter(torch.tensor(math.log(0.01)))
 
     @property
     def rho(self):
@@ -219,6 +240,30 @@ class Transition(nn.Module):
         log_w = torch.cat([log_w_j + math.log1p(-RESET_PROB),
                            torch.tensor([math.log(RESET_PROB)])])
         return step, log_w, log_w_j
+
+    def switch(self):
+        """(p_on, p_off), kept an episode's: p_off >= MIN_OFF and p_on < p_off (a node is in an
+        episode less than half the time). Unconstrained, training found an optimum where C
+        stood for a node's lasting level (p_off ~ 1 %, P(C = 1) ~ 1 on half the nodes): the
+        same fit as u's, and no episode left to end."""
+        p_off = MIN_OFF + (1 - MIN_OFF) * torch.sigmoid(self.switch_logit[1])
+        return torch.stack([p_off * torch.sigmoid(self.switch_logit[0]), p_off])
+
+    def episode_parts(self):
+        """(p_on, p_off) and (delta_c, s_c^2) of the episode C."""
+        return self.switch(), torch.stack([F.softplus(self.episode_shift),
+                                           self.episode_log_var.exp()])
+
+    def stationary_c(self):
+        """P(C = 1) of the chain's stationary law, p_on / (p_on + p_off)."""
+        p_on, p_off = self.switch()
+        return p_on / (p_on + p_off)
+
+    @staticmethod
+    def predict_c(p_c, switch):
+        """P(C_t = 1 | x_{1:t-1}) from P(C_{t-1} = 1 | x_{1:t-1}): the two-state chain's step."""
+        p_on, p_off = switch
+        return p_c * (1 - p_off) + (1 - p_c) * p_on
 
     def log_prior_g(self, prev: FilterState, mu_g, var_g):
         """E_q[log p(g_t | g_{t-1})] under q(g_{t-1}) q(g_t), per sequence (analytic)."""
@@ -316,35 +361,40 @@ class InferenceNetwork(nn.Module):
         return mu, F.softplus(self.hidden_to_scale(hc)) ** 2 + 1e-6
 
 
-def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor):
-    """P(component | every observation of the worker's node) per worker, and the log marginal
-    likelihood of the observations, summed over nodes.
+def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor,
+                   log_p_c: torch.Tensor):
+    """P(component | every observation of the worker's node) per worker, the log marginal
+    likelihood of the observations, summed over nodes, and P(C = 1 | the node's observations).
 
-    log_joint (6, ..., n) is log P(component) + log p(v_w | component), components regime-major
-    (stay, jump, reset) x (normal, stall). The regime is shared through the node's J: with
-    L_{w,J} = log [(1 - p_r) p(v_w | J) + p_r p(v_w | reset)], the posterior of J is
-    P(J | node) ~ P(J) prod_{w in node} exp L_{w,J}, and a worker's component posterior is
-    P(J | node) P(component, v_w | J) / exp L_{w,J}, summed over the J a component allows (a
-    reset allows both). A node of one worker gives the plain per-worker mixture posterior.
+    log_joint (12, ..., n) is log P(component) + log p(v_w | component), components
+    episode-major (C = 0, 1), then regime (stay, jump, reset), then (normal, stall); P(component)
+    holds the worker's share of the node's P(C) (``log_p_c`` (2, ..., K)) and P(J). C and J are
+    shared by the node: with L_{w,C,J} = log [(1 - p_r) p(v_w | C, J) + p_r p(v_w | C, reset)],
+    P(C, J | node) ~ P(C) P(J) prod_{w in node} exp L_{w,C,J}, and a worker's component
+    posterior is P(C, J | node) P(component, v_w | C, J) / exp L_{w,C,J}, summed over the J a
+    component allows (a reset allows both). A node of one worker gives the plain per-worker
+    mixture posterior.
     """
-    per_regime = log_joint.unflatten(0, (3, 2)).logsumexp(1)  # log P(k) p(v | k), k = s, j, r
-    log_w_j = stack(log_w_j, per_regime[0])
-    given_j = torch.logaddexp(per_regime[:2] - log_w_j, per_regime[2:])  # L_{w,J}, J = 0, 1
-    joint_j = log_w_j + nodes.total(given_j)  # log P(J) p(v_node | J), (2, ..., K)
-    log_norm = joint_j.logsumexp(0)
-    # log P(J | node) / p(v_w | J), per worker
-    weight = nodes.spread(joint_j - log_norm) - given_j
-    log_r = torch.cat([weight[0] - log_w_j[0] + log_joint[0:2],
-                       weight[1] - log_w_j[1] + log_joint[2:4],
-                       weight.logsumexp(0) + log_joint[4:6]])
-    return log_r.exp(), log_norm.sum(-1)
+    per_regime = log_joint.unflatten(0, (2, 3, 2)).logsumexp(2)  # log P(C, k) p(v | C, k)
+    log_c = nodes.spread(log_p_c)[:, None]  # (2, 1, ..., n)
+    prior = log_c + stack(log_w_j, per_regime[0, 0])  # log P(C) P(J), (2, 2, ..., n)
+    given = torch.logaddexp(per_regime[:, :2] - prior, per_regime[:, 2:] - log_c)  # L_{w,C,J}
+    joint = log_p_c[:, None] + stack(log_w_j, log_p_c[0]) + nodes.total(given)  # (2, 2, ..., K)
+    log_norm = joint.flatten(0, 1).logsumexp(0)
+    post = joint - log_norm  # log P(C, J | node)
+    weight = nodes.spread(post) - given  # log P(C, J | node) / p(v_w | C, J), per worker
+    by_c = log_joint.unflatten(0, (2, 3, 2))
+    moves = (weight - prior)[:, :, None] + by_c[:, :2]  # stay (J = 0) and jump (J = 1)
+    resets = (weight.logsumexp(1) - log_c[:, 0])[:, None] + by_c[:, 2]
+    log_r = torch.cat([moves, resets[:, None]], 1).flatten(0, 2)
+    return log_r.exp(), log_norm.sum(-1), post[1].logsumexp(0).exp()
 
 
 def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: Nodes,
                   log_w_j: torch.Tensor):
     """Posterior of u_{t,w} after v_{t,w} (or after v > v where censored), moment-matched to one
-    Gaussian, and log p(v) (or log P(V > v)) of all workers: assumed-density filtering through
-    ``mix`` (6 components, see ``node_posterior``).
+    Gaussian, log p(v) (or log P(V > v)) of all workers, and each node's P(C = 1):
+    assumed-density filtering through ``mix`` (12 components, see ``node_posterior``).
 
     Per component k with mean m_k, variance V_k and prior variance P_k of u, the gain is
     K_k = P_k / V_k. Observed v: mean mu + K_k (v - m_k), variance P_k (1 - K_k). Censored
@@ -361,10 +411,10 @@ def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: 
     mu = mix.u_mean + gain * torch.where(censored, sd * lam, v - mix.mean)
     shrink = torch.where(censored, lam * (lam - alpha), torch.ones_like(alpha))
     var = mix.u_var * (1 - gain * shrink).clamp_min(1e-6)
-    r, log_norm = node_posterior(mix.log_w + torch.where(
-        censored, log_tail, -0.5 * (LOG_2PI + alpha**2) - sd.log()), nodes, log_w_j)
+    r, log_norm, p_c = node_posterior(mix.log_w + torch.where(
+        censored, log_tail, -0.5 * (LOG_2PI + alpha**2) - sd.log()), nodes, log_w_j, mix.log_p_c)
     mean = (r * mu).sum(0)
-    return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8), log_norm
+    return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8), log_norm, p_c
 
 
 def impute(x: torch.Tensor, censored: torch.Tensor, generator=None) -> torch.Tensor:
@@ -404,10 +454,12 @@ class RuntimeModel(nn.Module):
             h=torch.zeros(batch, self.config.hidden_dim), mu_g=torch.zeros(batch, d),
             var_g=torch.ones(batch, d), mu_u=torch.zeros(batch, n),
             var_u=self.transition.p0_u.expand(batch, n),
+            p_c=self.transition.stationary_c().expand(batch, self.nodes.count),
         )
 
     def parts(self) -> Parts:
         return Parts(*self.transition.u_regimes(), self.transition.rho,
+                     *self.transition.episode_parts(),
                      *self.emitter.stall_parts(), self.emitter.project(self.embedding),
                      self.inference.project(self.embedding))
 
@@ -419,19 +471,24 @@ class RuntimeModel(nn.Module):
                                                            parts.log_w_e))
         return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift), u)
 
-    def mixture(self, g: torch.Tensor, mu_u: torch.Tensor, var_u: torch.Tensor,
-                parts: Parts | None = None) -> Mixture:
-        """p(v_t | g_t, x_{1:t-1}): u_t's two regimes times the emitter's two parts (regime-major),
-        given q(u_{t-1}) = N(mu_u, var_u) and the cluster state g (..., d)."""
+    def mixture(self, g: torch.Tensor, s: FilterState, parts: Parts | None = None) -> Mixture:
+        """p(v_t | g_t, x_{1:t-1}): the node's episode C_t (off, on) x u_t's three regimes x the
+        emitter's two parts, given q(z_{t-1}) ``s`` and the cluster state g (..., d)."""
         parts = parts or self.parts()
-        mu_u, var_u = self.transition.carry_u(mu_u, var_u, parts.rho)
+        mu_u, var_u = self.transition.carry_u(s.mu_u, s.var_u, parts.rho)
         part = self.emission(g, mu_u, parts)
         step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
         k = len(parts.step)
         u_var = (var_u + step).repeat_interleave(2, 0)
-        return Mixture(part.mean.repeat(k, *([1] * mu_u.dim())), u_var + part.var.repeat(
-            k, *([1] * mu_u.dim())), (log_w_u[:, None] + part.log_w[None]).flatten(0, 1), u_var,
-            part.u_mean)
+        mean = part.mean.repeat(k, *([1] * mu_u.dim()))
+        var = u_var + part.var.repeat(k, *([1] * mu_u.dim()))
+        log_w = (log_w_u[:, None] + part.log_w[None]).flatten(0, 1)
+        p_c = self.transition.predict_c(s.p_c, parts.switch).clamp(1e-7, 1 - 1e-7)
+        log_p_c = torch.stack([(-p_c).log1p(), p_c.log()])  # (2, ..., K)
+        shift, extra = parts.episode
+        return Mixture(torch.cat([mean, mean + shift]), torch.cat([var, var + extra]),
+                       torch.cat([log_w + self.nodes.spread(c) for c in log_p_c]),
+                       torch.cat([u_var, u_var]), part.u_mean, log_p_c)
 
     def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
              parts: Parts | None = None) -> FilterState:
@@ -441,10 +498,10 @@ class RuntimeModel(nn.Module):
         parts = parts or self.parts()
         h = self.inference.summarise(s.h, x.log(), censored, parts.phi_e)
         mu_g, var_g = self.inference.combine_g(self.transition.predict_g(s)[0], h)
-        mix = self.mixture(mu_g, s.mu_u, s.var_u, parts)
-        mu_u, var_u, _ = worker_update(mix, self.emitter.space(x), censored, self.nodes,
-                                       parts.log_w_j)
-        return FilterState(h, mu_g, var_g, mu_u, var_u)
+        mix = self.mixture(mu_g, s, parts)
+        mu_u, var_u, _, p_c = worker_update(mix, self.emitter.space(x), censored, self.nodes,
+                                            parts.log_w_j)
+        return FilterState(h, mu_g, var_g, mu_u, var_u, p_c)
 
     def log_likelihood(self, mix: Mixture, x: torch.Tensor, censored: torch.Tensor,
                        parts: Parts) -> torch.Tensor:
@@ -454,7 +511,7 @@ class RuntimeModel(nn.Module):
         z = (v - mix.mean) / mix.var.sqrt()
         density = -0.5 * (LOG_2PI + z**2 + mix.var.log())
         log_joint = mix.log_w + torch.where(censored, torch.special.log_ndtr(-z), density)
-        log_norm = node_posterior(log_joint, self.nodes, parts.log_w_j)[1]
+        log_norm = node_posterior(log_joint, self.nodes, parts.log_w_j, mix.log_p_c)[1]
         if self.emitter.emission == "lognormal":
             log_norm = log_norm - torch.where(censored, 0.0, v).sum(-1)
         return log_norm
@@ -474,7 +531,7 @@ class RuntimeModel(nn.Module):
         for t in range(x.shape[1]):
             new = self.step(s, seen_x[:, t], seen_censored[:, t], parts)
             g = new.mu_g + new.var_g.sqrt() * torch.randn(new.mu_g.shape, generator=generator)
-            mix = self.mixture(g, s.mu_u, s.var_u, parts)
+            mix = self.mixture(g, s, parts)
             loglik = self.log_likelihood(mix, x[:, t], censored[:, t], parts)
             total = total + loglik + self.transition.log_prior_g(s, new.mu_g, new.var_g)
             total = total + gaussian_entropy(new.var_g)
@@ -484,10 +541,10 @@ class RuntimeModel(nn.Module):
     def predictive(self, s: FilterState, samples: int, generator=None,
                    parts: Parts | None = None) -> Mixture:
         """p(v_{t+1} | x_{1:t}) as S draws of g_{t+1}, each with every worker's exact mixture
-        (u_{t+1} integrated out): a Mixture of shape (6, S, n)."""
+        (u_{t+1} integrated out): a Mixture of shape (12, S, n)."""
         mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
-        return self.mixture(g, s.mu_u, s.var_u, parts)
+        return self.mixture(g, s, parts)
 
     def step_variances(self, parts: Parts, samples: int, generator=None,
                        resets: bool = True) -> torch.Tensor:
@@ -518,9 +575,16 @@ class RuntimeModel(nn.Module):
         stall = torch.rand(loc.shape, generator=generator) < parts.log_w_e[1].exp()
         var = scale.square_().add_(var_u).add_(self.step_variances(parts, samples, generator,
                                                                    resets=False))
-        var.add_(stall * parts.stall_var[1])
+        p_c = self.transition.predict_c(s.p_c, parts.switch)
+        on = self.nodes.spread(self.episodes(p_c, samples, generator))
+        shift, extra = parts.episode
+        var.add_(stall * parts.stall_var[1]).add_(on * extra)
         v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
-        return v.add_(stall * parts.shift[1])
+        return v.add_(stall * parts.shift[1]).add_(on * shift)
+
+    def episodes(self, p_c: torch.Tensor, samples: int, generator=None) -> torch.Tensor:
+        """Draws (S, K) of every node's C_t in {0., 1.}, at P(C_t = 1) = p_c (..., K)."""
+        return (torch.rand((samples, self.nodes.count), generator=generator) < p_c).float()
 
     def predictor(self, samples: int | None = None, seed: int = 0,
                   compile: bool = False) -> Predictor:
@@ -533,13 +597,19 @@ class RuntimeModel(nn.Module):
         tr, parts = self.transition, self.parts()
         g = torch.randn((1, self.config.latent_dim), generator=gen)
         u = tr.p0_u.sqrt() * torch.randn((1, self.n_workers), generator=gen)
+        p_c = tr.stationary_c().expand(self.nodes.count)  # P(C_t = 1 | C_{t-1})
+        shift, extra = parts.episode
         rows = []
         for _ in range(iterations):
             g = g @ tr.A.T + tr.b + tr.q_g.sqrt() * torch.randn(g.shape, generator=gen)
             step = self.step_variances(parts, 1, gen)
             u = tr.carry_u(u, torch.zeros_like(u), parts.rho)[0]
             u = u + step.sqrt() * torch.randn(u.shape, generator=gen)
-            rows.append(self.emitter.unspace(self.emission(g, u, parts).sample(gen)))
+            c = self.episodes(p_c, 1, gen)
+            p_c = tr.predict_c(c, parts.switch)
+            on = self.nodes.spread(c)
+            level = u + on * (shift + extra.sqrt() * torch.randn(u.shape, generator=gen))
+            rows.append(self.emitter.unspace(self.emission(g, level, parts).sample(gen)))
         runtimes = torch.cat(rows).double().numpy() * self.scale_s
         return from_arrays(runtimes, meta={"source": "model-sample", "time_unit": self.time_unit,
                                            "seed": seed}, node=self.node)
