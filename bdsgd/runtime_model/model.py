@@ -597,7 +597,7 @@ class RuntimeModel(nn.Module):
         tr, parts = self.transition, self.parts()
         g = torch.randn((1, self.config.latent_dim), generator=gen)
         u = tr.p0_u.sqrt() * torch.randn((1, self.n_workers), generator=gen)
-        p_c = tr.stationary_c().expand(self.nodes.count)  # P(C_t = 1 | C_{t-1})
+        p_c = tr.stationary_c().expand(self.nodes.count)  # P(C_t = 1 | C_{t-1}); at t = 0 stationary
         shift, extra = parts.episode
         rows = []
         for _ in range(iterations):
