@@ -1,13 +1,20 @@
 """The policy x rule x trace throughput table of issues 12 and 13, measured in one run.
 
-For each trace (the simulator's scenarios and the two real Alibaba PAI jobs): train the run-time
-model on the first half, warm every learning policy up on it (``--cold``: don't), and replay
-every policy under both decision rules on the second half with
+For each trace (the simulator's scenarios and the two real Alibaba PAI jobs) and seed: train the
+run-time model on the first half, warm every learning policy up on it (``--cold``: don't), and
+replay every policy under both decision rules on the second half with
 ``bdsgd.throughput.run_benchmark`` (the harness the CLI uses), and print throughput relative to
 the exact hindsight ``oracle`` and, on simulated traces, to ``bayes`` (the better of its two
 rules), which draws from the simulator's true dynamics given its true latent state.
 
+Differences of a few hundredths of a point between good policies are within one trace's luck, so
+the table ends with bdsgd's margin over each trace's strongest baseline: its mean over seeds (each
+seed is a new simulated cluster; the real jobs have one) and a 95 % paired block-bootstrap
+interval (blocks of ``BLOCK`` iterations resampled alike for both policies, as run-times are
+correlated in time).
+
     .venv/bin/python benchmarks/policy_table.py [--workers 32] [--iterations 2000] [--epochs 100]
+        [--seeds 0 1 2] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -17,8 +24,11 @@ import contextlib
 import dataclasses
 import io
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import torch
 import yaml
 
@@ -32,17 +42,21 @@ from bdsgd.traces.simulate import simulate, truth_path, write_truth
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ITERATIONS = 500  # --epochs is for a training part this long
 SCENARIOS = ("calm", "emerging-straggler", "node-contention", "load-shift", "mixed")
+TRACES = (*SCENARIOS, "pai-job1", "pai-job2")
 POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "explore-bdsgd",
             "oracle-myopic", "async"]
+BASELINES = ("sync", "static", "elfving", "ecdf", "bandit")
+BLOCK = 25  # iterations per bootstrap block
+RESAMPLES = 2000
 
 
-def config(args, scenario: str):
+def config(args, scenario: str, seed: int):
     model = {"epochs": args.epochs}
     for item in args.model:
         key, _, value = item.partition("=")
         model[key] = yaml.safe_load(value)
     return from_dict({
-        "experiment": "policy-table", "seed": args.seed,
+        "experiment": "policy-table", "seed": seed,
         "traces": {"t": {"source": "simulate", "simulate": {
             "scenario": scenario, "workers": args.workers, "iterations": args.iterations}}},
         "model": model,
@@ -50,18 +64,76 @@ def config(args, scenario: str):
     }, "<policy_table>")
 
 
-def traces(args):
-    for scenario in SCENARIOS:
-        if scenario not in args.traces:
-            continue
-        cfg = config(args, scenario)
-        trace, truth = simulate(cfg.traces["t"].simulate, seed=args.seed)
-        yield f"sim {scenario}", trace, truth, cfg
-    for job in (1, 2):
-        if f"pai-job{job}" not in args.traces:
-            continue
-        csv = REPO / f"tests/data/alibaba_pai_job_{job}_norm.csv"
-        yield f"alibaba job {job}", import_trace(csv, "alibaba-pai"), None, config(args, "mixed")
+def load(args, name: str, seed: int):
+    """(trace, the simulator's truth or None, config) of trace ``name`` under ``seed``."""
+    if name in SCENARIOS:
+        cfg = config(args, name, seed)
+        trace, truth = simulate(cfg.traces["t"].simulate, seed=seed)
+        return trace, truth, cfg
+    csv = REPO / f"tests/data/alibaba_pai_job_{name[-1]}_norm.csv"
+    return import_trace(csv, "alibaba-pai"), None, config(args, "mixed", seed)
+
+
+def measure(args, name: str, seed: int) -> tuple[dict, pd.DataFrame, str]:
+    """Train on the first half of trace ``name``, replay the second: (rows, decisions, log line)."""
+    torch.set_num_threads(1)
+    trace, truth, cfg = load(args, name, seed)
+    stem = Path(args.out) / f"{name}_seed{seed}"
+    train, test = trace.split(0.5)
+    write_trace(test, f"{stem}_test.parquet")
+    write_trace(train, f"{stem}_train.parquet")
+    policies = args.policies + (["bayes"] if truth is not None else [])
+    if truth is not None:
+        write_truth(truth, truth_path(f"{stem}_test.parquet"))
+    start = time.perf_counter()
+    # the same training compute (epochs x iterations) and Adam steps for every trace: a short
+    # training part (the Alibaba jobs: 150 and 119 iterations) gets more epochs
+    epochs = max(args.epochs, round(args.epochs * REFERENCE_ITERATIONS / train.n_iterations))
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, epochs=epochs))
+    with contextlib.redirect_stdout(io.StringIO()):
+        model = train_model(train, cfg.model, seed=seed, out=f"{stem}_model.pt", progress=False,
+                            config=cfg)
+        rows = run_benchmark(f"{stem}_test.parquet", policies, model_path=model, rule="both",
+                             cfg=cfg, decisions_out=f"{stem}_decisions.parquet",
+                             history_path=None if args.cold else f"{stem}_train.parquet")
+    log = (f"{name} seed {seed}: n={trace.n_workers}, {test.n_iterations} test iterations, "
+           f"{epochs} epochs, {time.perf_counter() - start:.0f} s")
+    return rows["policies"], pd.read_parquet(f"{stem}_decisions.parquet"), log
+
+
+def cells(rows: dict, policy: str) -> list[dict]:
+    """The (ratio, rate) rows of ``policy``; the same row twice for a policy without a rule."""
+    return [rows.get(f"{policy}/{r}", rows[policy]) for r in ("ratio", "rate")]
+
+
+def block_bootstrap(decisions: pd.DataFrame, a: str, b: str, oracle_rate: float,
+                    rng: np.random.Generator) -> np.ndarray:
+    """RESAMPLES draws of (throughput of a - throughput of b) / oracle over resampled blocks."""
+    def per_block(policy):
+        d = decisions[decisions.policy == policy].sort_values("iteration")
+        block = np.arange(len(d)) // BLOCK
+        return (np.bincount(block, d.cutoff.to_numpy()),
+                np.bincount(block, d.duration_s.to_numpy()))
+    (ca, da), (cb, db) = per_block(a), per_block(b)
+    pick = rng.integers(0, len(ca), size=(RESAMPLES, len(ca)))
+    return (ca[pick].sum(1) / da[pick].sum(1) - cb[pick].sum(1) / db[pick].sum(1)) / oracle_rate
+
+
+def margin(runs: list[tuple[dict, pd.DataFrame]], baseline: str, seed: int) -> tuple:
+    """bdsgd (its default rule) minus ``baseline`` (its best rule by mean over seeds), relative
+    to the oracle: (mean over seeds, bootstrap 2.5 % and 97.5 % quantiles of that mean)."""
+    rules = [f"{baseline}/{r}" if f"{baseline}/{r}" in runs[0][0] else baseline
+             for r in ("ratio", "rate")]
+    best = max(rules, key=lambda k: np.mean([rows[k]["relative_to_oracle"] for rows, _ in runs]))
+    rng = np.random.default_rng(seed)
+    draws, means = [], []
+    for rows, decisions in runs:
+        oracle_rate = rows["bdsgd"]["gradients_per_s"] / rows["bdsgd"]["relative_to_oracle"]
+        means.append(rows["bdsgd"]["relative_to_oracle"] - rows[best]["relative_to_oracle"])
+        default = f"bdsgd/{rows['bdsgd']['rule']}"
+        draws.append(block_bootstrap(decisions, default, best, oracle_rate, rng))
+    low, high = np.quantile(np.mean(draws, axis=0), [0.025, 0.975])
+    return best, float(np.mean(means)), float(low), float(high)
 
 
 def main() -> None:
@@ -77,50 +149,53 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true",
                         help="policies start cold on the test part (default: they first see the "
                              "training part, as the server that gathered it would have)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of simulation, training, policies")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="seeds of simulation, training and policies; each simulated seed is "
+                             "a new cluster (the Alibaba jobs are replayed once, under the first)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="(trace, seed) runs at once, one core each")
     parser.add_argument("--out", default="benchmarks/out", help="folder for traces and models")
-    parser.add_argument("--traces", nargs="+", default=[*SCENARIOS, "pai-job1", "pai-job2"],
-                        choices=[*SCENARIOS, "pai-job1", "pai-job2"], help="traces to measure")
+    parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=TRACES,
+                        help="traces to measure")
     parser.add_argument("--policies", nargs="+", default=POLICIES,
                         help="policies to replay (bayes is added on simulated traces)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    out = Path(args.out)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    tasks = [(name, seed) for name in args.traces
+             for seed in (args.seeds if name in SCENARIOS else args.seeds[:1])]
+    print(f"{len(tasks)} runs, {args.jobs} at a time", flush=True)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(measure, args, name, seed) for name, seed in tasks]
+        results: dict[str, list] = {}
+        for (name, _), future in zip(tasks, futures, strict=True):
+            rows, decisions, log = future.result()
+            print(log, flush=True)
+            results.setdefault(name, []).append((rows, decisions))
 
     lines = ["| trace | policy | ratio / oracle | rate / oracle | best / bayes |",
              "| --- | --- | ---: | ---: | ---: |"]
-    for name, trace, truth, cfg in traces(args):
-        stem = out / name.replace(" ", "_")
-        train, test = trace.split(0.5)
-        write_trace(test, f"{stem}_test.parquet")
-        write_trace(train, f"{stem}_train.parquet")
-        policies = args.policies + (["bayes"] if truth is not None else [])
-        if truth is not None:
-            write_truth(truth, truth_path(f"{stem}_test.parquet"))
-        start = time.perf_counter()
-        # the same training compute (epochs x iterations) and Adam steps for every trace: a
-        # short training part (the Alibaba jobs: 150 and 119 iterations) gets more epochs
-        epochs = max(args.epochs, round(args.epochs * REFERENCE_ITERATIONS / train.n_iterations))
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, epochs=epochs))
-        with contextlib.redirect_stdout(io.StringIO()):
-            model = train_model(train, cfg.model, seed=args.seed, out=f"{stem}_model.pt",
-                                progress=False, config=cfg)
-            rows = run_benchmark(f"{stem}_test.parquet", policies, model_path=model, rule="both",
-                                 cfg=cfg, history_path=None if args.cold else
-                                 f"{stem}_train.parquet")["policies"]
-        print(f"{name}: n={trace.n_workers}, {test.n_iterations} test iterations, {epochs} epochs, "
-              f"{time.perf_counter() - start:.0f} s", flush=True)
-        bayes = max((rows[f"bayes/{r}"]["gradients_per_s"] for r in ("ratio", "rate")
-                     if f"bayes/{r}" in rows), default=None)
-        for policy in policies:
-            pair = [rows.get(f"{policy}/{r}", rows[policy]) for r in ("ratio", "rate")]
-            best = max(p["gradients_per_s"] for p in pair)
-            cells = [f"{p['relative_to_oracle']:.4f}" for p in pair]
-            if pair[0] is pair[1]:
-                cells[1] = "(no rule)"
-            rel_bayes = f"{best / bayes:.4f}" if bayes else ""
-            lines.append(f"| {name} | {policy} | {cells[0]} | {cells[1]} | {rel_bayes} |")
-    print("\n" + "\n".join(lines))
+    margins = ["| trace | seeds | strongest baseline | bdsgd minus it (pt) | 95 % interval (pt) |",
+               "| --- | ---: | --- | ---: | --- |"]
+    for name, runs in results.items():
+        bayes = [max(rows[f"bayes/{r}"]["gradients_per_s"] for r in ("ratio", "rate"))
+                 for rows, _ in runs] if "bayes/rate" in runs[0][0] else None
+        for policy in [p for p in runs[0][0] if "/" not in p]:
+            pairs = [cells(rows, policy) for rows, _ in runs]
+            text = [f"{np.mean([p[i]['relative_to_oracle'] for p in pairs]):.4f}" for i in (0, 1)]
+            if pairs[0][0] is pairs[0][1]:
+                text[1] = "(no rule)"
+            best = [max(c["gradients_per_s"] for c in p) for p in pairs]
+            rel = "" if bayes is None else f"{np.mean(np.divide(best, bayes)):.4f}"
+            lines.append(f"| {name} | {policy} | {text[0]} | {text[1]} | {rel} |")
+        found = [margin(runs, b, args.seeds[0]) for b in BASELINES if b in runs[0][0]]
+        best, mean, low, high = min(found, key=lambda m: m[1])
+        margins.append(f"| {name} | {len(runs)} | {best} | {100 * mean:+.3f} | "
+                       f"[{100 * low:+.3f}, {100 * high:+.3f}] |")
+    print("\nMean over seeds, relative to oracle (best / bayes: the better rule of each)\n")
+    print("\n".join(lines))
+    print("\nbdsgd (default rule) against the strongest baseline (either rule), points of the "
+          "oracle's throughput\n")
+    print("\n".join(margins))
 
 
 if __name__ == "__main__":

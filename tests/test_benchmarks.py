@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
@@ -17,3 +19,24 @@ def test_benchmark_script_shows_its_help(script):
                          timeout=120)
     assert run.returncode == 0, run.stderr
     assert "usage:" in run.stdout
+
+
+def test_the_policy_tables_bootstrap_resamples_both_policies_alike():
+    """Paired blocks: a policy against itself differs by exactly 0 in every resample; one that
+    takes one more gradient in the same time every iteration is ahead in every resample."""
+    sys.path.insert(0, str(SCRIPTS[0].parent))
+    try:
+        from policy_table import BLOCK, RESAMPLES, block_bootstrap
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(0)
+    iterations = np.arange(4 * BLOCK)
+    duration = rng.lognormal(0.0, 0.5, iterations.size)
+    rows = [pd.DataFrame({"policy": name, "iteration": iterations, "cutoff": cutoff,
+                          "duration_s": duration}) for name, cutoff in (("a", 8), ("b", 7))]
+    decisions = pd.concat(rows)
+    same = block_bootstrap(decisions, "a", "a", 1.0, rng)
+    assert same.shape == (RESAMPLES,) and not same.any()
+    ahead = block_bootstrap(decisions, "a", "b", 1.0, rng)
+    assert (ahead > 0).all()
+    assert np.median(ahead) == pytest.approx(1 / duration.mean(), rel=0.2)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bdsgd.policies import Scripted, make_policy
 from bdsgd.policies.base import PredictivePolicy, decide
 from bdsgd.policies.oracle import hindsight_optimum, myopic_optimum, throughput
-from bdsgd.throughput import default_config, observation, replay
+from bdsgd.throughput import default_config, observation, replay, warm_up
 from bdsgd.traces.schema import from_arrays
 
 CFG = default_config().policies
@@ -195,6 +195,18 @@ def test_predictive_policy_waits_for_all_until_it_can_predict_and_tracks_the_rat
     policy.observe(observation(0, np.array([1.0, 1.2, 6.0]), 3, 0.5))
     assert policy.rate == pytest.approx(3 / 6.5)
     assert policy.choose() == 2  # 2 - 3/6.5 * 1.7 beats 3 - 3/6.5 * 6.5 and 1 - 3/6.5 * 1.5
+
+
+def test_the_rate_counts_only_the_iterations_the_policy_chose():
+    """A warm-up history (observed without a choice, gathered under sync) trains the predictor
+    but leaves lambda_hat to the policy's own iterations."""
+    policy = PredictivePolicy("p", LastIteration(), "rate", 0.0, 3)
+    trace = from_arrays(np.array([[1.0, 1.2, 6.0]] * 2))
+    warm_up(policy, trace)
+    assert policy.rate is None
+    assert policy.choose() == 2  # the predictor learnt from the history: ratio, 2 / 1.2 is best
+    policy.observe(observation(0, np.array([1.0, 1.2, 6.0]), 2, 0.0))
+    assert policy.rate == pytest.approx(2 / 1.2)
 
 
 def test_rate_beats_ratio_with_a_perfect_predictor_on_a_changing_cluster():

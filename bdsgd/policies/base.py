@@ -86,9 +86,12 @@ RULES = ("rate", "ratio")
 class PredictivePolicy:
     """A ``Predictor`` plus a decision rule: c = decide(E[x_(1..n)], rule, lambda_hat).
 
-    lambda_hat = sum c / sum duration over the iterations so far: the throughput achieved, as the
-    server measures it. Before the predictor has anything to go on it waits for every worker
-    (sync), which also shows it every run-time once.
+    lambda_hat = sum c / sum duration over the iterations this policy chose the cutoff of: the
+    throughput it achieved, as the server measures it. A warm-up history (iterations observed
+    without a ``choose()``, gathered under some other policy, usually sync) informs the predictor
+    but not lambda_hat: sync's throughput on a straggling cluster would make time look cheap.
+    Before the predictor has anything to go on it waits for every worker (sync), which also shows
+    it every run-time once.
     """
 
     def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int):
@@ -97,18 +100,22 @@ class PredictivePolicy:
         self.name, self.predictor, self.rule = name, predictor, rule
         self.comm_s, self.n = comm_s, n_workers
         self.gradients, self.seconds = 0, 0.0
+        self.chosen = False  # whether the iteration being observed was this policy's choice
 
     @property
     def rate(self) -> float | None:
         return self.gradients / self.seconds if self.seconds > 0 else None
 
     def choose(self) -> int:
+        self.chosen = True
         expected = self.predictor.expected_order_stats()
         if expected is None:
             return self.n
         return decide(expected, self.rule, self.rate, self.comm_s)
 
     def observe(self, obs: Observation) -> None:
-        self.gradients += obs.cutoff
-        self.seconds += obs.duration
+        if self.chosen:
+            self.gradients += obs.cutoff
+            self.seconds += obs.duration
+        self.chosen = False
         self.predictor.observe(obs)
