@@ -87,6 +87,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class PoliciesConfig:
     rule: str
+    rate_halflife: float
     static_backups: float
     window: int
     explore_prob: float

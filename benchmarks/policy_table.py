@@ -78,7 +78,8 @@ def load(args, name: str, seed: int):
 
 def measure(args, name: str, seed: int) -> tuple[dict, pd.DataFrame, str]:
     """Train on the first half of trace ``name``, replay the second: (rows, decisions, log line).
-    With ``--resume``, a run whose table and decisions are in ``--out`` already is read back."""
+    With ``--resume``, a run whose table and decisions are in ``--out`` already is read back, and
+    a trained model found there is replayed without training it again."""
     stem = Path(args.out) / f"{name}_seed{seed}"
     table, decisions = Path(f"{stem}_table.json"), Path(f"{stem}_decisions.parquet")
     if args.resume and table.exists() and decisions.exists():
@@ -97,9 +98,10 @@ def measure(args, name: str, seed: int) -> tuple[dict, pd.DataFrame, str]:
     # training part (the Alibaba jobs: 150 and 119 iterations) gets more epochs
     epochs = max(args.epochs, round(args.epochs * REFERENCE_ITERATIONS / train.n_iterations))
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, epochs=epochs))
+    model = Path(f"{stem}_model.pt")
     with contextlib.redirect_stdout(io.StringIO()):
-        model = train_model(train, cfg.model, seed=seed, out=f"{stem}_model.pt", progress=False,
-                            config=cfg)
+        if not (args.resume and model.exists()):
+            train_model(train, cfg.model, seed=seed, out=model, progress=False, config=cfg)
         # the decisions, written last (and atomically), mark a finished run for --resume
         rows = run_benchmark(f"{stem}_test.parquet", policies, model_path=model, rule="both",
                              cfg=cfg, decisions_out=decisions, json_out=table,
@@ -170,8 +172,9 @@ def main() -> None:
                         help="(trace, seed) runs at once, one core each")
     parser.add_argument("--out", default="benchmarks/out", help="folder for traces and models")
     parser.add_argument("--resume", action="store_true",
-                        help="read back the (trace, seed) runs already finished in --out (run with "
-                             "the same flags) instead of running them again")
+                        help="reuse what --out holds from a run with the same flags: finished "
+                             "(trace, seed) runs are read back, trained models replayed as they "
+                             "are (delete a run's _table.json to replay it with changed policies)")
     parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=TRACES,
                         help="traces to measure")
     parser.add_argument("--policies", nargs="+", default=POLICIES,

@@ -197,16 +197,22 @@ def test_predictive_policy_waits_for_all_until_it_can_predict_and_tracks_the_rat
     assert policy.choose() == 2  # 2 - 3/6.5 * 1.7 beats 3 - 3/6.5 * 6.5 and 1 - 3/6.5 * 1.5
 
 
-def test_the_rate_counts_only_the_iterations_the_policy_chose():
-    """A warm-up history (observed without a choice, gathered under sync) trains the predictor
-    but leaves lambda_hat to the policy's own iterations."""
-    policy = PredictivePolicy("p", LastIteration(), "rate", 0.0, 3)
-    trace = from_arrays(np.array([[1.0, 1.2, 6.0]] * 2))
-    warm_up(policy, trace)
+def test_the_rate_is_the_policys_own_recent_throughput():
+    """lambda_hat counts the iterations the policy chose (a warm-up history, gathered under sync,
+    trains the predictor only) and weighs each by 2^(-age / halflife)."""
+    policy = PredictivePolicy("p", LastIteration(), "rate", 0.0, 3, halflife=2.0)
+    warm_up(policy, from_arrays(np.array([[1.0, 1.2, 6.0]] * 2)))
     assert policy.rate is None
-    assert policy.choose() == 2  # the predictor learnt from the history: ratio, 2 / 1.2 is best
+    assert policy.choose() == 2  # the predictor learnt from the history; ratio: 2 / 1.2 is best
     policy.observe(observation(0, np.array([1.0, 1.2, 6.0]), 2, 0.0))
     assert policy.rate == pytest.approx(2 / 1.2)
+    policy.choose()
+    policy.observe(observation(1, np.array([1.0, 2.0, 6.0]), 2, 0.0))
+    assert policy.rate == pytest.approx((2 * 0.5 ** 0.5 + 2) / (1.2 * 0.5 ** 0.5 + 2.0))
+    for t in range(2, 42):  # 20 half-lives on, the first two iterations weigh 1e-6
+        policy.choose()
+        policy.observe(observation(t, np.array([1.0, 3.0, 6.0]), 2, 0.0))
+    assert policy.rate == pytest.approx(2 / 3.0, rel=1e-5)
 
 
 def test_rate_beats_ratio_with_a_perfect_predictor_on_a_changing_cluster():

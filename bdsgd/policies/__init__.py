@@ -121,4 +121,4 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         predictor = TruthPredictor(truth, offset, cfg.bayes_samples, seed)
     else:
         raise ValueError(f"unknown policy {name!r}")
-    return PredictivePolicy(name, predictor, rule, comm_s, n_workers)
+    return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife)

@@ -86,20 +86,24 @@ RULES = ("rate", "ratio")
 class PredictivePolicy:
     """A ``Predictor`` plus a decision rule: c = decide(E[x_(1..n)], rule, lambda_hat).
 
-    lambda_hat = sum c / sum duration over the iterations this policy chose the cutoff of: the
-    throughput it achieved, as the server measures it. A warm-up history (iterations observed
-    without a ``choose()``, gathered under some other policy, usually sync) informs the predictor
-    but not lambda_hat: sync's throughput on a straggling cluster would make time look cheap.
-    Before the predictor has anything to go on it waits for every worker (sync), which also shows
-    it every run-time once.
+    lambda_hat = sum c / sum duration over the iterations this policy chose the cutoff of, each
+    weighted by 2^(-age / halflife): the throughput it achieved recently, as the server measures
+    it. Recent, because the cluster drifts and the rule wants the rate it can get now (a plain
+    average over a long run never follows a load shift). Its own, because a warm-up history
+    (iterations observed without a ``choose()``, gathered under another policy, usually sync)
+    says what that policy achieved: it informs the predictor, not lambda_hat. Before the predictor
+    has anything to go on it waits for every worker (sync), which also shows it every run-time
+    once.
     """
 
-    def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int):
+    def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int,
+                 halflife: float = 100.0):
         if rule not in RULES:
             raise ValueError(f"unknown decision rule {rule!r}; choose from {RULES}")
         self.name, self.predictor, self.rule = name, predictor, rule
         self.comm_s, self.n = comm_s, n_workers
-        self.gradients, self.seconds = 0, 0.0
+        self.decay = 0.5 ** (1.0 / halflife)
+        self.gradients, self.seconds = 0.0, 0.0  # exponentially weighted sums
         self.chosen = False  # whether the iteration being observed was this policy's choice
 
     @property
@@ -115,7 +119,7 @@ class PredictivePolicy:
 
     def observe(self, obs: Observation) -> None:
         if self.chosen:
-            self.gradients += obs.cutoff
-            self.seconds += obs.duration
+            self.gradients = self.decay * self.gradients + obs.cutoff
+            self.seconds = self.decay * self.seconds + obs.duration
         self.chosen = False
         self.predictor.observe(obs)
