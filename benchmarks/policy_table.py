@@ -180,6 +180,8 @@ def main() -> None:
     parser.add_argument("--policies", nargs="+", default=POLICIES,
                         help="policies to replay (bayes is added on simulated traces)")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: at least 1")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     tasks = [(name, seed) for name in args.traces
              for seed in (args.seeds if name in SCENARIOS else args.seeds[:1])]
