@@ -9,7 +9,8 @@ rules), which draws from the simulator's true dynamics given its true latent sta
 
 Differences of a few hundredths of a point between good policies are within one trace's luck, so
 the table ends with bdsgd's margin over each trace's strongest baseline: its mean over seeds (each
-seed is a new simulated cluster; the real jobs have one) and a 95 % paired block-bootstrap
+seed is a new simulated cluster; on the real jobs, the same trace with a new model training and
+new Monte Carlo draws) and a 95 % paired block-bootstrap
 interval (blocks of ``BLOCK`` iterations resampled alike for both policies, as run-times are
 correlated in time), next to the same margin for ``bayes``: where even the true dynamics do not
 beat a baseline, no causal policy can be expected to.
@@ -167,7 +168,8 @@ def main() -> None:
                              "training part, as the server that gathered it would have)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="seeds of simulation, training and policies; each simulated seed is "
-                             "a new cluster (the Alibaba jobs are replayed once, under the first)")
+                             "a new cluster, each seed of an Alibaba job a new model of the same "
+                             "trace")
     parser.add_argument("--jobs", type=int, default=1,
                         help="(trace, seed) runs at once, one core each")
     parser.add_argument("--out", default="benchmarks/out", help="folder for traces and models")
@@ -183,8 +185,7 @@ def main() -> None:
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: at least 1")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    tasks = [(name, seed) for name in args.traces
-             for seed in (args.seeds if name in SCENARIOS else args.seeds[:1])]
+    tasks = [(name, seed) for name in args.traces for seed in args.seeds]
     print(f"{len(tasks)} runs, {args.jobs} at a time", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(measure, args, name, seed) for name, seed in tasks]

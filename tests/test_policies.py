@@ -43,7 +43,7 @@ class Regimes:
     two slow) and 10 slow ones (all slow), with 5% noise."""
 
     def __init__(self, n=4):
-        self.n = n
+        self.n = self.n_workers = n
 
     def predictive_draws(self, t, n_samples, rng):
         if (t // 10) % 2:

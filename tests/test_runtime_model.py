@@ -12,8 +12,9 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from bdsgd.config import ModelConfig, from_dict
+from bdsgd.config import ModelConfig, SimulateConfig, from_dict
 from bdsgd.errors import UserError
+from bdsgd.policies import make_policy
 from bdsgd.policies.base import Observation
 from bdsgd.runtime_model import train as train_module
 from bdsgd.runtime_model.evaluate import evaluate
@@ -30,9 +31,11 @@ from bdsgd.runtime_model.train import train_model
 from bdsgd.throughput import observation
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
+from bdsgd.traces.simulate import simulate
 
-BASE = from_dict({"experiment": "t", "traces": {"t": {"source": "simulate"}},
-                  "train": {"trace": "t", "tasks": ["digits"]}}).model
+CFG = from_dict({"experiment": "t", "traces": {"t": {"source": "simulate"}},
+                 "train": {"trace": "t", "tasks": ["digits"]}})
+BASE = CFG.model
 
 
 def tiny(**kw) -> ModelConfig:
@@ -353,6 +356,17 @@ def test_predictor_draws_follow_the_predictive_mixture(trained):
     for q in (0.1, 0.5, 0.9, 0.99):
         assert np.quantile(fast, q, axis=0) == pytest.approx(np.quantile(slow, q, axis=0),
                                                              abs=0.03)
+
+
+def test_bayes_takes_as_many_draws_per_decision_as_bdsgd():
+    """The ceiling's Monte Carlo error is no larger than the model's: the gap between bayes and
+    bdsgd is the model's own error. Small clusters get more draws than ``samples``."""
+    for n in (8, 16, 2048):
+        truth = simulate(SimulateConfig(workers=n, iterations=2), seed=0)[1]
+        bayes = make_policy("bayes", n, CFG.policies, truth=truth).predictor
+        bdsgd = RuntimeModel(tiny(), n).predictor(samples=CFG.policies.bayes_samples)
+        assert bayes.samples == bdsgd.samples == max(CFG.policies.bayes_samples, 8192 // n)
+        assert bayes.expected_order_stats().shape == bdsgd.expected_order_stats().shape == (n,)
 
 
 def test_a_straggler_cut_off_stays_slow_in_the_forecast(trained):

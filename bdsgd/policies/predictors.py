@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import erfcx
 
 from bdsgd.policies import order_stats
-from bdsgd.policies.base import Observation
+from bdsgd.policies.base import Observation, draw_count
 
 
 class _Window:
@@ -152,11 +152,14 @@ class TruthPredictor:
 
     ``truth.predictive_draws(t, S, rng)`` draws x_t given the true latent state up to t - 1,
     with t the absolute iteration of the simulated trace; the replayed trace starts at
-    ``offset`` (a test slice). It ignores the observations: it already knows the state.
+    ``offset`` (a test slice). It ignores the observations: it already knows the state. It takes
+    as many draws as bdsgd's predictor (``draw_count``), so that the gap between the two is the
+    model's error, not Monte Carlo noise.
     """
 
     def __init__(self, truth, offset: int, samples: int, seed: int):
-        self.truth, self.t, self.samples = truth, offset, samples
+        self.truth, self.t = truth, offset
+        self.samples = draw_count(samples, truth.n_workers)
         self.rng = np.random.default_rng(seed)
 
     def observe(self, obs: Observation) -> None:

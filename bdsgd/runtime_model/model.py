@@ -80,14 +80,11 @@ from torch import nn
 
 from bdsgd.config import ModelConfig
 from bdsgd.errors import UserError
-from bdsgd.policies.base import Observation
+from bdsgd.policies.base import Observation, draw_count
 from bdsgd.traces.schema import Trace, from_arrays
 
 FORMAT = "bdsgd-runtime-model/4"
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
-# Worker-draws per decision a predictor affords at least: S = max(samples, DRAW_BUDGET / n), so a
-# small cluster gets more draws where they are cheap (E[x_(n)] of a heavy tail is noisy at S = 64)
-DRAW_BUDGET = 8192
 LOG_2PI = math.log(2 * math.pi)
 RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime (see the module docstring): fixed
 MIN_OFF = 0.05  # an episode ends with probability >= 5 % per iteration (``Transition.switch``)
@@ -627,16 +624,16 @@ class Predictor:
 
     ``observe`` runs one filtering step on what the server saw (accepted run-times, and tau for
     the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them, with S
-    at least ``samples`` and at least DRAW_BUDGET / n. ``compile``: the filtering step through
-    torch.compile (fused kernels: a few times faster at n = 158, where eager time is per-operation
-    overhead; the first step compiles, ~30 s). The draws stay eager: a seeded torch.Generator
-    breaks the graph.
+    at least ``samples`` and at least DRAW_BUDGET / n (``policies.base.draw_count``).
+    ``compile``: the filtering step through torch.compile (fused kernels: a few times faster at
+    n = 158, where eager time is per-operation overhead; the first step compiles, ~30 s). The
+    draws stay eager: a seeded torch.Generator breaks the graph.
     """
 
     def __init__(self, model: RuntimeModel, samples: int, seed: int, compile: bool = False):
         self.model = model.eval()
         self.step = torch.compile(model.step, dynamic=False) if compile else model.step
-        self.samples = max(samples, -(-DRAW_BUDGET // model.n_workers))
+        self.samples = draw_count(samples, model.n_workers)
         self.generator = torch.Generator().manual_seed(seed)
         self.impute = model.config.censoring == "impute"
         with torch.inference_mode():
