@@ -10,10 +10,10 @@ rules), which draws from the simulator's true dynamics given its true latent sta
 Differences of a few hundredths of a point between good policies are within one trace's luck, so
 the table ends with bdsgd's margin over each trace's strongest baseline: its mean over seeds (each
 seed is a new simulated cluster; on the real jobs, the same trace with a new model training and
-new Monte Carlo draws) and a 95 % paired block-bootstrap
-interval (blocks of ``BLOCK`` iterations resampled alike for both policies, as run-times are
-correlated in time), next to the same margin for ``bayes``: where even the true dynamics do not
-beat a baseline, no causal policy can be expected to.
+new Monte Carlo draws) and a 95 % paired block-bootstrap interval (blocks of ``BLOCK``
+iterations resampled alike for both policies, as run-times are correlated in time), next to
+the same margin for ``bayes``: where even the true dynamics do not beat a baseline, no causal
+policy can be expected to.
 
     .venv/bin/python benchmarks/policy_table.py [--workers 32] [--iterations 2000] [--epochs 100]
         [--seeds 0 1 2] [--jobs 2] [--resume]
