@@ -88,6 +88,7 @@ class ModelConfig:
 class PoliciesConfig:
     rule: str
     rate_halflife: float
+    min_gain: float
     static_backups: float
     window: int
     explore_prob: float

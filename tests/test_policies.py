@@ -189,6 +189,28 @@ def test_decision_rules():
         decide(expected, "greedy", None)
 
 
+def test_min_gain_charges_each_discarded_gradient_one_plus_delta():
+    """A cut must save (1 + delta) / lambda_hat per gradient it drops: a marginal one is not made,
+    a clear one still is, under either rule."""
+    expected = np.array([1.0, 1.1])
+    assert decide(expected, "rate", 11.0) == 1  # saves 0.1 s: worth 1.1 gradients at 11 / s
+    assert decide(expected, "rate", 11.0, min_gain=0.2) == 2  # but not 1.2
+    assert decide(expected, "rate", 20.0, min_gain=0.2) == 1  # worth 2
+    assert decide(np.array([1.0, 2.1]), "ratio", None) == 1  # 1 / 1.0 > 2 / 2.1
+    assert decide(np.array([1.0, 2.1]), "ratio", None, min_gain=0.2) == 2  # 0.8 / 1.0 < 2 / 2.1
+    two_slow = np.array([1.0, 1.1, 2.1, 2.2])  # dropping 2 saves 1.1 s, worth 2.2 at 2 / s
+    assert decide(two_slow, "rate", 2.0) == 2
+    assert decide(two_slow, "rate", 2.0, min_gain=0.2) == 4  # less than 2 x 1.2
+    assert decide(np.array([1.0, 1.1, 1.2, 5.0]), "rate", 2.0, min_gain=0.2) == 3
+
+
+def test_the_learning_policies_get_the_margin_and_bayes_does_not():
+    cfg = dataclasses.replace(CFG, min_gain=0.3)
+    for name in ("elfving", "ecdf", "bandit", "bdsgd"):
+        assert build(name, 4, None, cfg=cfg).min_gain == 0.3
+    assert build("bayes", 4, None, cfg=cfg).min_gain == 0.0
+
+
 def test_predictive_policy_waits_for_all_until_it_can_predict_and_tracks_the_rate():
     policy = PredictivePolicy("p", LastIteration(), "rate", 0.5, 3)
     assert policy.choose() == 3 and policy.rate is None

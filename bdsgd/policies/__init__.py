@@ -121,4 +121,6 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         predictor = TruthPredictor(truth, offset, cfg.bayes_samples, seed)
     else:
         raise ValueError(f"unknown policy {name!r}")
-    return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife)
+    # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
+    min_gain = 0.0 if name == "bayes" else cfg.min_gain
+    return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain)

@@ -72,7 +72,8 @@ class Predictor(Protocol):
         """Update on an iteration's censored observation."""
 
 
-def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 0.0) -> int:
+def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 0.0,
+           min_gain: float = 0.0) -> int:
     """Turn predicted order statistics into a cutoff.
 
     ``ratio`` (the paper's): c* = argmax_c c / (E[x_(c)] + comm).
@@ -80,13 +81,22 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 
     throughput achieved so far; long-run throughput is a ratio of expectations, which this rule
     maximises when decisions do not change the cluster's future. Before any iteration has
     finished (``rate`` is None) it falls back to ``ratio``.
+
+    ``min_gain`` delta charges each discarded gradient 1 + delta instead of 1 (c counts as
+    c - delta (n - c)): a cutoff below n must save (1 + delta) / lambda_hat seconds per gradient
+    it discards. Both rules are otherwise myopic and take the forecast at its word, and a learnt
+    forecast's errors do not cancel here: the argmax picks the cutoffs whose gain it overstates
+    (the optimiser's curse), and a cut worker is censored, so the forecast learns least about
+    the workers it cut (a worker believed slow stays cut after it recovered).
     """
-    c = np.arange(1, len(expected) + 1)
+    n = len(expected)
+    c = np.arange(1, n + 1)
+    counted = c - min_gain * (n - c)
     cost = np.asarray(expected, dtype=float) + comm_s
     if rule == "rate" and rate is not None:
-        score = c - rate * cost
+        score = counted - rate * cost
     elif rule in ("rate", "ratio"):
-        score = c / cost
+        score = counted / cost
     else:
         raise ValueError(f"unknown decision rule {rule!r}")
     return int(np.argmax(score)) + 1
@@ -96,7 +106,8 @@ RULES = ("rate", "ratio")
 
 
 class PredictivePolicy:
-    """A ``Predictor`` plus a decision rule: c = decide(E[x_(1..n)], rule, lambda_hat).
+    """A ``Predictor`` plus a decision rule: c = decide(E[x_(1..n)], rule, lambda_hat,
+    min_gain).
 
     lambda_hat = sum c / sum duration over the iterations this policy chose the cutoff of, each
     weighted by 2^(-age / halflife): the throughput it achieved recently, as the server measures
@@ -109,11 +120,11 @@ class PredictivePolicy:
     """
 
     def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int,
-                 halflife: float = 100.0):
+                 halflife: float = 100.0, min_gain: float = 0.0):
         if rule not in RULES:
             raise ValueError(f"unknown decision rule {rule!r}; choose from {RULES}")
         self.name, self.predictor, self.rule = name, predictor, rule
-        self.comm_s, self.n = comm_s, n_workers
+        self.comm_s, self.n, self.min_gain = comm_s, n_workers, min_gain
         self.decay = 0.5 ** (1.0 / halflife)
         self.gradients, self.seconds = 0.0, 0.0  # exponentially weighted sums
         self.chosen = False  # whether the iteration being observed was this policy's choice
@@ -127,7 +138,7 @@ class PredictivePolicy:
         expected = self.predictor.expected_order_stats()
         if expected is None:
             return self.n
-        return decide(expected, self.rule, self.rate, self.comm_s)
+        return decide(expected, self.rule, self.rate, self.comm_s, self.min_gain)
 
     def observe(self, obs: Observation) -> None:
         if self.chosen:
