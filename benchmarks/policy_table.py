@@ -53,16 +53,18 @@ BLOCK = 25  # iterations per bootstrap block
 RESAMPLES = 2000
 
 
+def settings(items: list[str]) -> dict:
+    """KEY=VALUE flags as a config section (values parsed as YAML)."""
+    return {key: yaml.safe_load(value) for key, _, value in (i.partition("=") for i in items)}
+
+
 def config(args, scenario: str, seed: int):
-    model = {"epochs": args.epochs}
-    for item in args.model:
-        key, _, value = item.partition("=")
-        model[key] = yaml.safe_load(value)
     return from_dict({
         "experiment": "policy-table", "seed": seed,
         "traces": {"t": {"source": "simulate", "simulate": {
             "scenario": scenario, "workers": args.workers, "iterations": args.iterations}}},
-        "model": model,
+        "model": {"epochs": args.epochs, **settings(args.model)},
+        "policies": settings(args.policy),
         "train": {"trace": "t", "tasks": ["digits"]},
     }, "<policy_table>")
 
@@ -163,6 +165,9 @@ def main() -> None:
                              "(a shorter one gets proportionally more)")
     parser.add_argument("--model", nargs="*", default=[], metavar="KEY=VALUE",
                         help="run-time model settings over the config's defaults, e.g. batch_size=2")
+    parser.add_argument("--policy", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="policy settings over the config's defaults, e.g. min_gain=0.3 (with "
+                             "--resume, into an --out holding only the trained models)")
     parser.add_argument("--cold", action="store_true",
                         help="policies start cold on the test part (default: they first see the "
                              "training part, as the server that gathered it would have)")

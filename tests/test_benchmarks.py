@@ -40,3 +40,19 @@ def test_the_policy_tables_bootstrap_resamples_both_policies_alike():
     ahead = block_bootstrap(decisions, "a", "b", 1.0, rng)
     assert (ahead > 0).all()
     assert np.median(ahead) == pytest.approx(1 / duration.mean(), rel=0.2)
+
+
+def test_the_policy_table_takes_model_and_policy_settings():
+    sys.path.insert(0, str(SCRIPTS[0].parent))
+    try:
+        from policy_table import config
+    finally:
+        sys.path.pop(0)
+
+    class Args:
+        workers, iterations, epochs = 8, 100, 3
+        model, policy = ["batch_size=4"], ["min_gain=0.3", "rule=ratio"]
+
+    cfg = config(Args, "calm", 1)
+    assert (cfg.model.epochs, cfg.model.batch_size) == (3, 4)
+    assert (cfg.policies.min_gain, cfg.policies.rule, cfg.seed) == (0.3, "ratio", 1)
