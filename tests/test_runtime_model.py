@@ -484,3 +484,29 @@ def test_an_episode_is_shared_by_a_node_and_ends_for_its_cut_off_workers_too(tra
     assert pred.state.p_c[0, 0] < 0.1
     after = np.median(pred.draws().numpy(), axis=0)
     assert after[:2].mean() < 1.1 * after[2:].mean()
+
+
+def test_an_episode_slows_a_nodes_workers_by_one_size(trained):
+    """An episode's size delta_c + eps, eps ~ N(0, s_c^2), is one per node: node-mates' draws
+    share it, other nodes' do not; without a node column every worker is its own node. Drawn
+    per worker it spread a contended node's forecasts apart (the gap between its two slowest
+    made cutting the slowest look worth it)."""
+    model = load_model(trained)
+    for node in (np.arange(8) // 4, None):
+        m = RuntimeModel(model.config, 8, model.scale_s, node=node)
+        m.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            m.transition.episode_log_var.fill_(math.log(0.04))
+            parts = m.parts()
+            levels = m.episode_levels(parts, 20_000, torch.Generator().manual_seed(0)).numpy()
+        assert levels.mean(0) == pytest.approx(float(parts.episode[0]), abs=0.01)
+        assert levels.std(0) == pytest.approx(0.2, abs=0.01)
+        mates = np.corrcoef(levels[:, 0], levels[:, 1])[0, 1]
+        assert mates == pytest.approx(0.0 if node is None else 1.0, abs=0.03)
+        assert np.corrcoef(levels[:, 0], levels[:, 4])[0, 1] == pytest.approx(0.0, abs=0.03)
+        pred = m.predictor(samples=20_000, seed=0)  # every node in an episode
+        pred.state = dataclasses.replace(pred.state, p_c=torch.ones_like(pred.state.p_c))
+        with torch.inference_mode():  # the predictor's state is an inference tensor
+            v = m.draws(pred.state, 20_000, torch.Generator().manual_seed(1)).numpy()
+        gap = np.corrcoef(v[:, 0], v[:, 1])[0, 1] - np.corrcoef(v[:, 0], v[:, 4])[0, 1]
+        assert gap > 0.3 if node is not None else abs(gap) < 0.05
