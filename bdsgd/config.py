@@ -82,6 +82,7 @@ class ModelConfig:
     censoring: str
     node_jumps: bool
     checkpoint_every: int
+    compile: bool
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ E[x_(c)] (``expected_order_stats``), and the decision rule. Targets (issue 13): 
 158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the node-shared jump regime).
 Each n is timed eager and with the filtering step compiled (``policies.compile``; the compile
 time, once per process, is printed apart). For scale, the same core's time for one mini-batch
-gradient of the CIFAR-10 network (batch 32) is measured side by side.
+gradient of the CIFAR-10 network (batch 32) is measured side by side. Training is timed per
+epoch eager and compiled (``model.compile``: the second epoch, and the first, which compiles).
 
     .venv/bin/python benchmarks/bench_model.py [--quick]
 """
@@ -23,7 +24,7 @@ import torch
 from bdsgd.config import from_dict
 from bdsgd.policies.base import decide
 from bdsgd.runtime_model.model import RuntimeModel
-from bdsgd.runtime_model.train import run_epoch
+from bdsgd.runtime_model.train import elbo_term, run_epoch
 from bdsgd.throughput import observation
 from bdsgd.training.tasks import _small_vgg
 
@@ -58,15 +59,21 @@ def gradient_time(repeats: int) -> float:
     return float(np.median(times[1:]))
 
 
-def epoch_time(n: int, T: int) -> float:
+def epoch_times(n: int, T: int, compile: bool) -> list[float]:
+    """Seconds of two training epochs (a compiled first one includes the compilation)."""
     torch.manual_seed(0)
-    model = RuntimeModel(CFG, n)
+    cfg = dataclasses.replace(CFG, compile=compile)
+    model = RuntimeModel(cfg, n, node=np.arange(n) // 4)
     x = np.exp(np.random.default_rng(0).normal(0, 0.3, (T, n)))
     x = torch.as_tensor(x, dtype=torch.float32)
-    opt = torch.optim.Adam(model.parameters(), lr=CFG.learning_rate)
-    start = time.perf_counter()
-    run_epoch(model, opt, x, torch.zeros_like(x, dtype=torch.bool), CFG, torch.Generator())
-    return time.perf_counter() - start
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    term, times = elbo_term(model, cfg), []
+    for _ in range(2):
+        start = time.perf_counter()
+        run_epoch(model, opt, x, torch.zeros_like(x, dtype=torch.bool), cfg, torch.Generator(),
+                  term)
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def main() -> None:
@@ -92,7 +99,10 @@ def main() -> None:
     print(f"training, one epoch of T = {T} iterations (chunk {cfg['chunk']}, "
           f"batch {cfg['batch_size']}):")
     for n in (16, 158, 2048):
-        print(f"  n = {n:5d}: {epoch_time(n, T):7.2f} s/epoch")
+        eager = epoch_times(n, T, False)[1]
+        first, second = epoch_times(n, T, True)
+        print(f"  n = {n:5d}: eager {eager:7.2f} s/epoch, compiled {second:7.2f} "
+              f"({eager / second:.1f}x; the first epoch, compiling, {first:.0f} s)")
 
 
 if __name__ == "__main__":
