@@ -17,7 +17,7 @@ node (a node's workers change level together) and a reset indicator R_{t,w} per 
               J_{t,k} ~ Bernoulli(p_j), R_{t,w} ~ Bernoulli(p_r)
     P(C_{t,k} = 1 | C_{t-1,k}) = p_on if C_{t-1,k} = 0, 1 - p_off if 1
     v_{t,w} | z_t ~ (1 - pi) N(m_{t,w}, s^2)                                   (Emitter)
-                    + pi [N(m_{t,w} + delta, s^2) + Exp(lambda)],  s = s(g_t, e_w),
+                    + pi N(m_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w),
     m_{t,w} = f(g_t, e_w) + u_{t,w} + C_{t,k(w)} (delta_c + eps_{t,k(w)}),
     eps_{t,k} ~ N(0, s_c^2)
 
@@ -45,13 +45,8 @@ a worker that recovered while cut off would never be tried again).
 The reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either way) keeps the
 filter open to changes far larger than any the training trace had (a worker turning 7x slower),
 which the learnt parts would otherwise explain away as stall after stall.
-The emitter's second part is a transient stall (probability pi, at least delta > 0 longer, by
-an exponential length of rate lambda in v = log x~: a Pareto tail in x~), a heavy right tail
-that a single Gaussian could only fake by widening everyone's spread. A Gaussian stall part
-(models up to format 4) had to be as wide as the reset regime (log-space sd 1.6-2.9) to reach
-the rare 30x stalls, so it gave a common 1.5x stall little density: one 1.67x stall then left a
-fifth of the posterior on a lasting change, and bdsgd cut a healthy worker for it. The
-exponential puts most of its mass just above delta and keeps the long tail. e_w is worker w's
+The emitter's second part is a transient stall (probability pi, shift delta > 0): a heavy right
+tail that a single Gaussian could only fake by widening everyone's spread. e_w is worker w's
 identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any n
 and a pass over S draws x n workers is two matrix products.
 
@@ -62,11 +57,9 @@ iteration and no optimisation. The cluster part is a learnt recursion, as in Pyr
     q(g_t) = N(mu^g_t, diag sigma^g_t^2) = Combiner(A mu^g_{t-1} + b, h_t)
 
 with c = 1 for a worker cut off at tau (x~ then holds tau~). The worker part is exact given g:
-u_{t,w} is conditionally a mixture of 2 x 3 x 2 components (episode x regime x stall; a stall's
-is an exponentially modified Gaussian, whose posterior of u is still closed form,
-``observe_components``) whose posterior after an observed v, or after the censored fact
-v > log tau~, is moment-matched back to one Gaussian (assumed-density filtering,
-``worker_update``); the shared C and J are weighed on
+u_{t,w} is conditionally a mixture of 2 x 3 x 2 Gaussians (episode x regime x stall) whose
+posterior after an observed v, or after the censored fact v > log tau~, is moment-matched back
+to one Gaussian (assumed-density filtering, ``worker_update``); the shared C and J are weighed on
 all of a node's observations at once, and P(C_{t,k} = 1 | x_{1:t}) is carried exactly (a
 two-state forward filter per node). It has no learnt part, so it behaves the same in states
 that training never visited.
@@ -97,7 +90,7 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation, draw_count
 from bdsgd.traces.schema import Trace, from_arrays
 
-FORMAT = "bdsgd-runtime-model/5"
+FORMAT = "bdsgd-runtime-model/4"
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 LOG_2PI = math.log(2 * math.pi)
 RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime (see the module docstring): fixed
@@ -118,11 +111,10 @@ class FilterState:
 
 @dataclass
 class Mixture:
-    """A per-worker mixture of K components in emission space, stacked on the first axis, that
-    alternate normal, stall: v ~ sum_k w_k p_k, p_k = N(mean_k, var_k) for the normal ones and
-    N(mean_k, var_k) + Exp(rate) (an exponentially modified Gaussian) for the stalls. var_k =
-    u_var_k + the emitter's variance, u_var_k the prior variance of u in that component. w_k is
-    each worker's marginal weight; ``log_p_c`` is the node-level prior of the episode C that the
+    """A per-worker mixture of K Gaussians in emission space, stacked on the first axis:
+    v ~ sum_k w_k N(mean_k, var_k), where var_k = gain_var_k + the emitter's variance and
+    gain_var_k is the part owed to u (its prior variance in that component). w_k is each
+    worker's marginal weight; ``log_p_c`` is the node-level prior of the episode C that the
     weights of a ``mixture`` include (per worker), for the node's joint likelihood."""
 
     mean: torch.Tensor  # (K, ..., n)
@@ -130,18 +122,15 @@ class Mixture:
     log_w: torch.Tensor  # (K, ..., n) or broadcastable to it
     u_var: torch.Tensor  # (K, ..., n)  prior variance of u in component k
     u_mean: torch.Tensor  # (..., n)  prior mean of u (the same in every component)
-    rate: torch.Tensor  # ()  the stall's exponential rate lambda
     log_p_c: torch.Tensor | None = None  # (2, ..., K) log P(C = 0, 1) per node
 
     def sample(self, generator=None) -> torch.Tensor:
-        """One draw of v per entry (component by inverse CDF of the weights, then its Gaussian,
-        plus an exponential for a stall)."""
+        """One draw of v per entry (component by inverse CDF of the weights, then its Gaussian)."""
         cdf = self.log_w.exp().cumsum(0)
         pick = (torch.rand(self.mean.shape[1:], generator=generator) > cdf[:-1]).sum(0)
         mean = torch.gather(self.mean, 0, pick[None]).squeeze(0)
         sd = torch.gather(self.var, 0, pick[None]).squeeze(0).sqrt()
-        stall = (pick % 2) * exponential(mean.shape, generator) / self.rate
-        return mean + sd * torch.randn(mean.shape, generator=generator) + stall
+        return mean + sd * torch.randn(mean.shape, generator=generator)
 
 
 @dataclass
@@ -157,7 +146,7 @@ class Parts:
     switch: torch.Tensor  # (p_on, p_off) of a node's episode C
     episode: torch.Tensor  # (delta_c, s_c^2): an episode's shift of v and its added variance
     shift: torch.Tensor  # (0, delta)
-    stall_rate: torch.Tensor  # () lambda, the rate of a stall's exponential length
+    stall_var: torch.Tensor  # (0, s_st^2)
     log_w_e: torch.Tensor  # (log(1 - pi), log pi)
     emitter_e: tuple[torch.Tensor, ...]  # ``Emitter.project``
     phi_e: torch.Tensor  # (n, H) ``InferenceNetwork.project``
@@ -186,11 +175,6 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
     """log(1 + e^x) as max(x, 0) + log(1 + e^-|x|): F.softplus's log1p is not vectorised on CPU
     (here 6x slower on the S x n draws of a decision)."""
     return x.clamp_min(0) + (1 + (-x.abs()).exp()).log()
-
-
-def exponential(shape, generator=None) -> torch.Tensor:
-    """Draws of Exp(1), -log U."""
-    return torch.empty(shape).exponential_(generator=generator)
 
 
 def stack(a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -292,11 +276,10 @@ class Transition(nn.Module):
 
 
 class Emitter(nn.Module):
-    """p(v_{t,w} | z_t): the normal part N(f + u, s^2) or a stall N(f + u + delta, s^2) + E,
-    E ~ Exp(lambda), the stall's length beyond delta.
+    """p(v_{t,w} | z_t): the normal part N(f + u, s^2) or a stall N(f + u + delta, s^2 + s_st^2).
 
     h = tanh(W_1 g + c_1);  f(g, e) = (W_f [h, g] + c_f)^T [e, 1];
-    s(g, e) = softplus((W_s h + c_s)^T [e, 1]); pi, delta = softplus(.) and lambda are learnt.
+    s(g, e) = softplus((W_s h + c_s)^T [e, 1]); pi, delta = softplus(.) and s_st are learnt.
     """
 
     def __init__(self, latent_dim: int, worker_dim: int, hidden_dim: int, emission: str):
@@ -308,8 +291,8 @@ class Emitter(nn.Module):
         self.to_loc = nn.Linear(hidden_dim + latent_dim, worker_dim + 1)
         self.to_scale = nn.Linear(hidden_dim, worker_dim + 1)
         self.stall_logit = nn.Parameter(torch.tensor(-6.0))  # pi ~ 0.25 %
-        self.stall_shift = nn.Parameter(torch.tensor(-2.0))  # delta = softplus(.) ~ 0.13
-        self.stall_log_rate = nn.Parameter(torch.tensor(math.log(2.0)))  # mean length 1 / 2
+        self.stall_shift = nn.Parameter(torch.tensor(0.5))  # delta = softplus(.) ~ 0.97
+        self.stall_log_scale = nn.Parameter(torch.tensor(math.log(0.5)))
         with torch.no_grad():  # start near x~ = 1 with a 10 % spread
             self.to_loc.bias[-1] = 0.0 if emission == "lognormal" else 1.0
             self.to_scale.bias[-1] = -2.2
@@ -331,10 +314,12 @@ class Emitter(nn.Module):
         return loc, softplus(h @ scale_w + scale_b) + 1e-3
 
     def stall_parts(self):
-        """Shifts (0, delta), the stall length's rate lambda, log weights (log(1 - pi), log pi)."""
-        shift = torch.stack([torch.zeros(()), F.softplus(self.stall_shift)])
+        """Shifts (0, delta), added variances (0, s_st^2), log weights (log(1 - pi), log pi)."""
+        zero = torch.zeros(())
+        shift = torch.stack([zero, F.softplus(self.stall_shift)])
+        var = torch.stack([zero, (2 * self.stall_log_scale).exp()])
         log_w = torch.stack([F.logsigmoid(-self.stall_logit), F.logsigmoid(self.stall_logit)])
-        return shift, self.stall_log_rate.exp(), log_w
+        return shift, var, log_w
 
     def space(self, x: torch.Tensor) -> torch.Tensor:
         """The space the family is Gaussian in: log x~ (lognormal) or x~ (gaussian)."""
@@ -409,73 +394,29 @@ def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor,
     return log_r.exp(), log_norm.sum(-1), post[1].logsumexp(0).exp()
 
 
-def observe_components(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
-    """Per component of ``mix``: log p_k(v) (log P_k(V > v) where censored), and the posterior
-    of its Gaussian part G (all of V but a stall's exponential length E) given that, standardised:
-    (E[G | .] - mean_k) / sd_k and Var[G | .] / var_k. Returns three (K, ..., n) tensors.
-
-    With alpha = (v - mean_k) / sd_k and h(a) = phi(a) / (1 - Phi(a)), a normal component (V = G)
-    gives the Gaussian density and G = v, or, censored, G truncated below at v: mean h(alpha),
-    variance 1 + alpha h - h^2. A stall, V = G + E, E ~ Exp(lambda), with b = lambda sd_k and
-    beta = alpha - b: observed, p(v) = lambda exp(-b alpha + b^2 / 2) Phi(beta), and G | v is
-    N(mean_k + lambda var_k, var_k) truncated above at v (mean b - h', variance
-    1 - beta h' - h'^2, h' = phi(beta) / Phi(beta)); censored, P(V > v) = P(G > v) +
-    P(G <= v, E > v - G) = (1 - Phi(alpha)) + exp(-b alpha + b^2 / 2) Phi(beta), and G is the
-    mixture of the two truncated normals with these two weights.
-    """
-    alpha = ((v - mix.mean) / mix.var.sqrt()).unflatten(0, (-1, 2))
-    a, a_s = alpha[:, 0], alpha[:, 1]  # normal components, stalls
-    b = mix.rate * mix.var[1::2].sqrt()
-    beta = a_s - b
-
-    def log_phi(z):
-        return -0.5 * (LOG_2PI + z**2)
-
-    def above(z):  # log P(Z > z) and the moments of Z | Z > z, Z ~ N(0, 1)
-        log_tail = torch.special.log_ndtr(-z)
-        h = torch.exp(log_phi(z) - log_tail)
-        return log_tail, h, (1 + z * h - h**2).clamp(0, 1)
-
-    tail, h, var_tail = above(a)
-    normal = (torch.where(censored, tail, log_phi(a) - 0.5 * mix.var[0::2].log()),
-              torch.where(censored, h, a), torch.where(censored, var_tail, 0.0))
-    log_below = torch.special.log_ndtr(beta)
-    h_below = torch.exp(log_phi(beta) - log_below)
-    mean_below = b - h_below
-    var_below = (1 - beta * h_below - h_below**2).clamp(0, 1)
-    log_e = -b * a_s + 0.5 * b**2 + log_below  # log P(G <= v, E > v - G)
-    tail_s, h_s, var_tail_s = above(a_s)
-    log_surv = torch.logaddexp(tail_s, log_e)
-    p_g = torch.exp(tail_s - log_surv)  # P(G > v | V > v)
-    mean_cens = p_g * h_s + (1 - p_g) * mean_below
-    var_cens = (p_g * (var_tail_s + h_s**2) + (1 - p_g) * (var_below + mean_below**2)
-                - mean_cens**2).clamp(0, 1)
-    stall = (torch.where(censored, log_surv, mix.rate.log() + log_e),
-             torch.where(censored, mean_cens, mean_below),
-             torch.where(censored, var_cens, var_below))
-    return tuple(torch.stack([n_, s_], 1).flatten(0, 1) for n_, s_ in zip(normal, stall,
-                                                                           strict=True))
-
-
 def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: Nodes,
                   log_w_j: torch.Tensor):
     """Posterior of u_{t,w} after v_{t,w} (or after v > v where censored), moment-matched to one
     Gaussian, log p(v) (or log P(V > v)) of all workers, and each node's P(C = 1):
     assumed-density filtering through ``mix`` (12 components, see ``node_posterior``).
 
-    In component k the Gaussian part is G = u + (the emitter's noise), of mean m_k and variance
-    V_k, u's prior variance is P_k, and u | G is exact: mean mu + K_k (G - m_k), variance
-    P_k (1 - K_k), K_k = P_k / V_k. So with G's posterior (``observe_components``: G = v for a
-    normal component; a truncated normal, or two, where censored or a stall), u's is mean
-    mu + K_k (E[G] - m_k), variance P_k (1 - K_k) + K_k^2 Var[G]. The components are weighted by
-    their posterior probabilities r_k and collapsed: mean sum r_k mu_k, variance
-    sum r_k (P_k + mu_k^2) - mean^2.
+    Per component k with mean m_k, variance V_k and prior variance P_k of u, the gain is
+    K_k = P_k / V_k. Observed v: mean mu + K_k (v - m_k), variance P_k (1 - K_k). Censored
+    (v > a): with alpha = (a - m_k) / sqrt V_k and lambda = phi(alpha) / (1 - Phi(alpha)) (the
+    inverse Mills ratio), mean mu + K_k sqrt(V_k) lambda, variance P_k (1 - K_k lambda (lambda -
+    alpha)), the truncated normal's moments. The components are weighted by their posterior
+    probabilities r_k and collapsed: mean sum r_k mu_k, variance sum r_k (P_k + mu_k^2) - mean^2.
     """
-    log_lik, g_mean, g_var = observe_components(mix, v, censored)
+    sd = mix.var.sqrt()
+    alpha = (v - mix.mean) / sd
+    log_tail = torch.special.log_ndtr(-alpha)
+    lam = torch.exp(-0.5 * (LOG_2PI + alpha**2) - log_tail)
     gain = mix.u_var / mix.var
-    mu = mix.u_mean + gain * mix.var.sqrt() * g_mean
-    var = mix.u_var * (1 - gain * (1 - g_var)).clamp_min(1e-6)
-    r, log_norm, p_c = node_posterior(mix.log_w + log_lik, nodes, log_w_j, mix.log_p_c)
+    mu = mix.u_mean + gain * torch.where(censored, sd * lam, v - mix.mean)
+    shrink = torch.where(censored, lam * (lam - alpha), torch.ones_like(alpha))
+    var = mix.u_var * (1 - gain * shrink).clamp_min(1e-6)
+    r, log_norm, p_c = node_posterior(mix.log_w + torch.where(
+        censored, log_tail, -0.5 * (LOG_2PI + alpha**2) - sd.log()), nodes, log_w_j, mix.log_p_c)
     mean = (r * mu).sum(0)
     return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8), log_norm, p_c
 
@@ -531,9 +472,9 @@ class RuntimeModel(nn.Module):
         """p(v_t | g_t, u_t): the emitter's normal and stall parts at level f(g, e_w) + u."""
         parts = parts or self.parts()
         loc, scale = self.emitter(g, parts.emitter_e)
-        shift, log_w = stack(parts.shift, loc), stack(parts.log_w_e, loc)
-        return Mixture(loc + u + shift, (scale**2).expand(len(shift), *scale.shape), log_w,
-                       torch.zeros_like(shift), u, parts.stall_rate)
+        shift, stall_var, log_w = (stack(a, loc) for a in (parts.shift, parts.stall_var,
+                                                           parts.log_w_e))
+        return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift), u)
 
     def mixture(self, g: torch.Tensor, s: FilterState, parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, x_{1:t-1}): the node's episode C_t (off, on) x u_t's three regimes x the
@@ -552,7 +493,7 @@ class RuntimeModel(nn.Module):
         shift, extra = parts.episode
         return Mixture(torch.cat([mean, mean + shift]), torch.cat([var, var + extra]),
                        torch.cat([log_w + self.nodes.spread(c) for c in log_p_c]),
-                       torch.cat([u_var, u_var]), part.u_mean, part.rate, log_p_c)
+                       torch.cat([u_var, u_var]), part.u_mean, log_p_c)
 
     def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
              parts: Parts | None = None) -> FilterState:
@@ -572,7 +513,9 @@ class RuntimeModel(nn.Module):
         """log p(x) of all workers under ``mix`` (..., n) (log P(X > x) where censored), as a
         density over x~ (the lognormal's Jacobian included)."""
         v = self.emitter.space(x)
-        log_joint = mix.log_w + observe_components(mix, v, censored)[0]
+        z = (v - mix.mean) / mix.var.sqrt()
+        density = -0.5 * (LOG_2PI + z**2 + mix.var.log())
+        log_joint = mix.log_w + torch.where(censored, torch.special.log_ndtr(-z), density)
         log_norm = node_posterior(log_joint, self.nodes, parts.log_w_j, mix.log_p_c)[1]
         if self.emitter.emission == "lognormal":
             log_norm = log_norm - torch.where(censored, 0.0, v).sum(-1)
@@ -632,8 +575,7 @@ class RuntimeModel(nn.Module):
     def draws(self, s: FilterState, samples: int, generator=None,
               parts: Parts | None = None) -> torch.Tensor:
         """S joint draws (S, n) of v_{t+1} | x_{1:t}: g_{t+1} from the transition, then per
-        worker its regime (J shared by its node) and stall indicators, one Gaussian, and a
-        stall's exponential length.
+        worker its regime (J shared by its node) and stall indicators and one Gaussian.
 
         A fresh reset at t+1 is left out. It moves E[x_(c)] by about its probability, n p_r
         (0.2 % at n = 16), but drawn, it puts a 7x-50x outlier into some of the S draws: the
@@ -650,9 +592,10 @@ class RuntimeModel(nn.Module):
                                                                    resets=False))
         p_c = self.transition.predict_c(s.p_c, parts.switch)
         on = self.nodes.spread(self.episodes(p_c, samples, generator))
-        length = exponential(loc.shape, generator).div_(parts.stall_rate).add_(parts.shift[1])
+        var.add_(stall * parts.stall_var[1])
         v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
-        return v.add_(stall * length).add_(on * self.episode_levels(parts, samples, generator))
+        return v.add_(stall * parts.shift[1]).add_(on * self.episode_levels(parts, samples,
+                                                                             generator))
 
     def episode_levels(self, parts: Parts, samples: int, generator=None) -> torch.Tensor:
         """Draws (S, n) of a node's episode shift delta_c + eps_k, eps_k ~ N(0, s_c^2), one per
