@@ -7,7 +7,8 @@ E[x_(c)] (``expected_order_stats``), and the decision rule. Targets (issue 13): 
 Each n is timed eager and with the filtering step compiled (``policies.compile``; the compile
 time, once per process, is printed apart). For scale, the same core's time for one mini-batch
 gradient of the CIFAR-10 network (batch 32) is measured side by side. Training is timed per
-epoch eager and compiled (``model.compile``: the second epoch, and the first, which compiles).
+epoch eager and compiled (``model.compile``: the median of epochs 2-4, and the first, which
+compiles).
 
     .venv/bin/python benchmarks/bench_model.py [--quick]
 """
@@ -60,7 +61,8 @@ def gradient_time(repeats: int) -> float:
 
 
 def epoch_times(n: int, T: int, compile: bool) -> list[float]:
-    """Seconds of two training epochs (a compiled first one includes the compilation)."""
+    """Seconds of four training epochs (a compiled first one includes the compilation; the
+    later ones are the steady state: a short trace's last, smaller batch compiles once more)."""
     torch.manual_seed(0)
     cfg = dataclasses.replace(CFG, compile=compile)
     model = RuntimeModel(cfg, n, node=np.arange(n) // 4)
@@ -68,7 +70,7 @@ def epoch_times(n: int, T: int, compile: bool) -> list[float]:
     x = torch.as_tensor(x, dtype=torch.float32)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     term, times = elbo_term(model, cfg), []
-    for _ in range(2):
+    for _ in range(4):
         start = time.perf_counter()
         run_epoch(model, opt, x, torch.zeros_like(x, dtype=torch.bool), cfg, torch.Generator(),
                   term)
@@ -99,11 +101,11 @@ def main() -> None:
     print(f"training, one epoch of T = {T} iterations (chunk {cfg['chunk']}, "
           f"batch {cfg['batch_size']}):")
     for n in (16, 158, 2048):
-        eager = epoch_times(n, T, False)[1]
-        first, second = epoch_times(n, T, True)
-        print(f"  n = {n:5d}: eager {eager:7.2f} s/epoch, compiled {second:7.2f} "
-              f"({eager / second:.1f}x; the first epoch, compiling, {first:.0f} s)")
-
+        eager = float(np.median(epoch_times(n, T, False)[1:]))
+        first, *later = epoch_times(n, T, True)
+        compiled = float(np.median(later))
+        print(f"  n = {n:5d}: eager {eager:7.2f} s/epoch, compiled {compiled:7.2f} "
+              f"({eager / compiled:.1f}x; the first epoch, compiling, {first:.0f} s)")
 
 if __name__ == "__main__":
     main()
