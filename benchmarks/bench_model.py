@@ -62,7 +62,7 @@ def gradient_time(repeats: int) -> float:
 
 def epoch_times(n: int, T: int, compile: bool) -> list[float]:
     """Seconds of four training epochs (a compiled first one includes the compilation; the
-    later ones are the steady state: a short trace's last, smaller batch compiles once more)."""
+    later ones are the steady state)."""
     torch.manual_seed(0)
     cfg = dataclasses.replace(CFG, compile=compile)
     model = RuntimeModel(cfg, n, node=np.arange(n) // 4)
@@ -106,6 +106,7 @@ def main() -> None:
         compiled = float(np.median(later))
         print(f"  n = {n:5d}: eager {eager:7.2f} s/epoch, compiled {compiled:7.2f} "
               f"({eager / compiled:.1f}x; the first epoch, compiling, {first:.0f} s)")
+
 
 if __name__ == "__main__":
     main()
