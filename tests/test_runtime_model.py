@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from scipy.stats import norm
+from scipy.stats import exponnorm, norm
 
 from bdsgd.config import ModelConfig, SimulateConfig, from_dict
 from bdsgd.errors import UserError
@@ -252,39 +252,45 @@ def test_observation_with_all_but_one_censored_is_handled(trained):
     assert np.isfinite(pred.expected_order_stats()).all()
 
 
-def regime_weights(p_j, p_r, p_stall):
-    """P(component) of the six, regime-major (stay, jump, reset) x (normal, stall)."""
+def regime_weights(p_j, p_r, p_stall, p_short):
+    """P(component) of the nine, regime-major (stay, jump, reset) x (normal, long stall, short
+    stall)."""
     regime = torch.tensor([(1 - p_j) * (1 - p_r), p_j * (1 - p_r), p_r])
-    return (regime[:, None] * torch.tensor([1 - p_stall, p_stall])).flatten()
+    return (regime[:, None] * torch.tensor([1 - p_stall - p_short, p_stall, p_short])).flatten()
 
 
-def with_episodes(w6: torch.Tensor, log_p_c: torch.Tensor, nodes: Nodes) -> torch.Tensor:
-    """The twelve components' log weights per worker: episode off, then on, times ``w6``."""
-    return torch.cat([w6.log()[:, None] + nodes.spread(c) for c in log_p_c])
+def with_episodes(w9: torch.Tensor, log_p_c: torch.Tensor, nodes: Nodes) -> torch.Tensor:
+    """The eighteen components' log weights per worker: episode off, then on, times ``w9``."""
+    return torch.cat([w9.log()[:, None] + nodes.spread(c) for c in log_p_c])
 
 
 @pytest.mark.parametrize("censored", [False, True])
 @pytest.mark.parametrize("v", [-0.3, 0.1, 0.9])
 def test_worker_update_matches_numerical_integration(v, censored):
-    """The assumed-density update of u (episode x regime x stall mixture, observed or censored
-    at v) has the mean and variance of the exact posterior, log p(v) its normaliser and P(C = 1)
-    the episode's posterior: all checked against integration over a fine grid of u."""
-    mu, p_j, p_c = 0.05, 0.05, 0.3
-    c = torch.tensor([0.0, 0.7] * 3 + [0.4, 1.1] * 3)  # offsets: stall 0.7, episode 0.4
-    p = torch.tensor([0.01, 0.01, 0.3, 0.3, 2.0, 2.0] * 2)  # prior variance of u by regime
-    r = torch.tensor([0.04, 0.2] * 3 + [0.06, 0.22] * 3)  # emitter (+ episode) variance
+    """The assumed-density update of u (episode x regime x emitter part mixture, observed or
+    censored at v) has the mean and variance of the exact posterior, log p(v) its normaliser and
+    P(C = 1) the episode's posterior: all checked against integration over a fine grid of u. A
+    short stall is its Gaussian plus an exponential length (rate 2.5), scipy's exponnorm."""
+    mu, p_j, p_c, rate = 0.05, 0.05, 0.3, 2.5
+    # offsets: long stall 0.7, short stall 0.2, episode 0.4
+    c = torch.tensor([0.0, 0.7, 0.2] * 3 + [0.4, 1.1, 0.6] * 3)
+    p = torch.tensor([0.01] * 3 + [0.3] * 3 + [2.0] * 3).repeat(2)  # u's prior variance by regime
+    r = torch.tensor([0.04, 0.2, 0.04] * 3 + [0.06, 0.22, 0.06] * 3)  # emitter (+ episode) var.
     log_p_c = torch.tensor([[1 - p_c], [p_c]]).log()
-    log_w = with_episodes(regime_weights(p_j, 0.04, 0.1), log_p_c, Nodes(None, 1))
+    log_w = with_episodes(regime_weights(p_j, 0.04, 0.1, 0.15), log_p_c, Nodes(None, 1))
     mix = Mixture((mu + c)[:, None], (p + r)[:, None], log_w, p[:, None], torch.tensor([mu]),
-                  log_p_c)
+                  torch.tensor(rate), log_p_c)
     flag = torch.tensor([censored])
     log_w_j = torch.tensor([1 - p_j, p_j]).log()
     mean, var, logp, post_c = worker_update(mix, torch.tensor([v]), flag, Nodes(None, 1), log_w_j)
 
     u = np.linspace(-12, 12, 400_001)
     prior = [np.exp(-0.5 * (u - mu) ** 2 / pk) / np.sqrt(2 * np.pi * pk) for pk in p.numpy()]
-    f = norm.sf if censored else norm.pdf  # P(V > v | u) or p(v | u) in component k
-    lik = [f(v, loc=u + ck, scale=np.sqrt(rk)) for ck, rk in zip(c.numpy(), r.numpy(), strict=True)]
+    lik = []  # P(V > v | u) or p(v | u) in component k
+    for k, (ck, rk) in enumerate(zip(c.numpy(), r.numpy(), strict=True)):
+        sd = np.sqrt(rk)
+        law = exponnorm(1 / (rate * sd), loc=u + ck, scale=sd) if k % 3 == 2 else norm(u + ck, sd)
+        lik.append(law.sf(v) if censored else law.pdf(v))
     parts = [wk * pk * lk for wk, pk, lk in zip(log_w.exp()[:, 0].numpy(), prior, lik, strict=True)]
     post = sum(parts)
     z = np.trapezoid(post, u)
@@ -292,36 +298,36 @@ def test_worker_update_matches_numerical_integration(v, censored):
     assert float(mean) == pytest.approx(m, abs=1e-4)
     assert float(var) == pytest.approx(np.trapezoid((u - m) ** 2 * post, u) / z, rel=1e-3)
     assert float(logp) == pytest.approx(np.log(z), abs=1e-4)
-    assert float(post_c) == pytest.approx(np.trapezoid(sum(parts[6:]), u) / z, abs=1e-5)
+    assert float(post_c) == pytest.approx(np.trapezoid(sum(parts[9:]), u) / z, abs=1e-5)
 
 
 def test_node_posterior_matches_enumeration():
     """With the episode C and the jump J shared by a node's workers, the component posteriors,
     the normaliser and P(C = 1 | node) equal those of brute-force enumeration over (C, J) and
     every worker's component."""
-    p_j, p_r, p_stall = 0.1, 0.05, 0.2
+    p_j, p_r, p_stall, p_short = 0.1, 0.05, 0.2, 0.1
     node = np.array([0, 0, 1, 0, 1])  # two nodes, of three workers and two
     nodes = Nodes(node, 5)
     p_c = torch.tensor([0.3, 0.6])  # P(C = 1) of each node
     log_p_c = torch.stack([1 - p_c, p_c]).log()
-    loglik = torch.randn(12, 5, generator=torch.Generator().manual_seed(0))  # log p(v_w | comp)
-    w = regime_weights(p_j, p_r, p_stall)
+    loglik = torch.randn(18, 5, generator=torch.Generator().manual_seed(0))  # log p(v_w | comp)
+    w = regime_weights(p_j, p_r, p_stall, p_short)
     log_w_j = torch.tensor([1 - p_j, p_j]).log()
     r, log_norm, post_c = node_posterior(with_episodes(w, log_p_c, nodes) + loglik, nodes,
                                          log_w_j, log_p_c)
 
     # P(comp | J) within an episode state: stay needs J = 0, jump J = 1, reset goes with either
-    given = {0: torch.cat([w[:2] / (1 - p_j), torch.zeros(2), w[4:]]),
-             1: torch.cat([torch.zeros(2), w[2:4] / p_j, w[4:]])}
-    expected, expected_c, total = torch.zeros(12, 5), torch.zeros(2), 0.0
+    given = {0: torch.cat([w[:3] / (1 - p_j), torch.zeros(3), w[6:]]),
+             1: torch.cat([torch.zeros(3), w[3:6] / p_j, w[6:]])}
+    expected, expected_c, total = torch.zeros(18, 5), torch.zeros(2), 0.0
     for k in (0, 1):
         members = np.flatnonzero(node == k)
         z_node = z_on = 0.0
         for C, prior_c in ((0, 1 - p_c[k]), (1, p_c[k])):
             for J, prior_j in ((0, 1 - p_j), (1, p_j)):
-                comp = torch.zeros(12)
-                comp[6 * C:6 * C + 6] = given[J]
-                lik = comp[:, None] * loglik[:, members].exp()  # (12, workers of node k)
+                comp = torch.zeros(18)
+                comp[9 * C:9 * C + 9] = given[J]
+                lik = comp[:, None] * loglik[:, members].exp()  # (18, workers of node k)
                 z = prior_c * prior_j * lik.sum(0).prod()
                 z_node, z_on = z_node + z, z_on + C * z
                 # P(C, J, comp_w | v) = z * lik[comp, w] / sum_comp lik[:, w]
@@ -342,8 +348,9 @@ def test_node_posterior_matches_enumeration():
 
 
 def test_predictor_draws_follow_the_predictive_mixture(trained):
-    """Predictor.draws (indicators, then one Gaussian) and Mixture.sample (all 12 components)
-    draw from the same distribution: quantiles agree within Monte Carlo error."""
+    """Predictor.draws (indicators, one Gaussian, a short stall's length) and Mixture.sample
+    (all 18 components) draw from the same distribution: quantiles agree within Monte Carlo
+    error."""
     model = load_model(trained)
     pred = model.predictor(samples=20_000, seed=1)
     x = cluster(10, 8, seed=3)

@@ -16,8 +16,9 @@ node (a node's workers change level together) and a reset indicator R_{t,w} per 
               q = q_r if R_{t,w}, else q_j if J_{t,k(w)}, else q_u;
               J_{t,k} ~ Bernoulli(p_j), R_{t,w} ~ Bernoulli(p_r)
     P(C_{t,k} = 1 | C_{t-1,k}) = p_on if C_{t-1,k} = 0, 1 - p_off if 1
-    v_{t,w} | z_t ~ (1 - pi) N(m_{t,w}, s^2)                                   (Emitter)
-                    + pi N(m_{t,w} + delta, s^2 + s_stall^2),  s = s(g_t, e_w),
+    v_{t,w} | z_t ~ (1 - pi - pi_s) N(m_{t,w}, s^2)                            (Emitter)
+                    + pi N(m_{t,w} + delta, s^2 + s_stall^2)                   (long stall)
+                    + pi_s [N(m_{t,w} + delta_s, s^2) + Exp(lambda)],  s = s(g_t, e_w),
     m_{t,w} = f(g_t, e_w) + u_{t,w} + C_{t,k(w)} (delta_c + eps_{t,k(w)}),
     eps_{t,k} ~ N(0, s_c^2)
 
@@ -38,15 +39,23 @@ worker's: drawn per worker, it spread a contended node's forecasts apart, and th
 between the two slowest made cutting the slowest look worth it when it was not (calm cluster:
 +0.2 gradients predicted where the simulator's truth gives -0.04). The filter's likelihood
 approximates eps as independent per worker (each worker's variance + C s_c^2; shared, it would
-couple a node's 12-component mixtures); for a node of one worker the two are the same.
+couple a node's 18-component mixtures); for a node of one worker the two are the same.
 A worker that turned slow stays slow in the forecast while it is cut off and unobserved, but
 not for ever (its censored run-times say little once it is believed slow, so without the pull
 a worker that recovered while cut off would never be tried again).
 The reset regime (fixed, not learnt: p_r = 1e-4, q_r = 4, a factor e^2 either way) keeps the
 filter open to changes far larger than any the training trace had (a worker turning 7x slower),
 which the learnt parts would otherwise explain away as stall after stall.
-The emitter's second part is a transient stall (probability pi, shift delta > 0): a heavy right
-tail that a single Gaussian could only fake by widening everyone's spread. e_w is worker w's
+The emitter's other two parts are transient stalls: a heavy right tail that a single Gaussian
+could only fake by widening everyone's spread. A long stall (probability pi) is a wide Gaussian
+shifted by delta > 0; learnt, it reaches the rare 30x stalls (log-space sd 1.6-2.9). A short
+stall (probability pi_s) is at least delta_s > 0 longer, by an exponential length of rate lambda
+in v = log x~ (a Pareto tail in x~): most of its mass sits just above delta_s, where the common
+1.2-1.7x stalls are. With the long stall alone (models up to format 4) a 1.67x stall had so
+little density that it left a fifth of the posterior on a lasting change, and bdsgd cut a
+healthy worker for it; with the short stall alone (format 5) a value 1.11x the usual seen twice
+(an Alibaba trace holds each value twice) was too wide for it and read as a lasting change, and
+the Pareto(1.2) stalls of the mixed scenario were underweighted. e_w is worker w's
 identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any n
 and a pass over S draws x n workers is two matrix products.
 
@@ -57,9 +66,11 @@ iteration and no optimisation. The cluster part is a learnt recursion, as in Pyr
     q(g_t) = N(mu^g_t, diag sigma^g_t^2) = Combiner(A mu^g_{t-1} + b, h_t)
 
 with c = 1 for a worker cut off at tau (x~ then holds tau~). The worker part is exact given g:
-u_{t,w} is conditionally a mixture of 2 x 3 x 2 Gaussians (episode x regime x stall) whose
-posterior after an observed v, or after the censored fact v > log tau~, is moment-matched back
-to one Gaussian (assumed-density filtering, ``worker_update``); the shared C and J are weighed on
+u_{t,w} is conditionally a mixture of 2 x 3 x 3 components (episode x regime x the emitter's
+part; a short stall's is an exponentially modified Gaussian, whose posterior of u is still
+closed form, ``observe_components``) whose posterior after an observed v, or after the censored
+fact v > log tau~, is moment-matched back to one Gaussian (assumed-density filtering,
+``worker_update``); the shared C and J are weighed on
 all of a node's observations at once, and P(C_{t,k} = 1 | x_{1:t}) is carried exactly (a
 two-state forward filter per node). It has no learnt part, so it behaves the same in states
 that training never visited.
@@ -90,11 +101,12 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation, draw_count
 from bdsgd.traces.schema import Trace, from_arrays
 
-FORMAT = "bdsgd-runtime-model/4"
+FORMAT = "bdsgd-runtime-model/6"  # 5 was an exponential stall alone (not kept)
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 LOG_2PI = math.log(2 * math.pi)
 RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime (see the module docstring): fixed
 MIN_OFF = 0.05  # an episode ends with probability >= 5 % per iteration (``Transition.switch``)
+EMITTER_PARTS, SHORT = 3, 2  # the emitter's parts (normal, long stall, short stall); the short's
 
 
 @dataclass
@@ -111,26 +123,31 @@ class FilterState:
 
 @dataclass
 class Mixture:
-    """A per-worker mixture of K Gaussians in emission space, stacked on the first axis:
-    v ~ sum_k w_k N(mean_k, var_k), where var_k = gain_var_k + the emitter's variance and
-    gain_var_k is the part owed to u (its prior variance in that component). w_k is each
-    worker's marginal weight; ``log_p_c`` is the node-level prior of the episode C that the
-    weights of a ``mixture`` include (per worker), for the node's joint likelihood."""
+    """A per-worker mixture of K components in emission space, stacked on the first axis, that
+    cycle through the emitter's parts (normal, long stall, short stall): v ~ sum_k w_k p_k,
+    p_k = N(mean_k, var_k) for the first two and N(mean_k, var_k) + Exp(rate) (an exponentially
+    modified Gaussian) for a short stall. var_k = u_var_k + the emitter's variance, u_var_k the
+    prior variance of u in that component. w_k is each worker's marginal weight; ``log_p_c`` is
+    the node-level prior of the episode C that the weights of a ``mixture`` include (per
+    worker), for the node's joint likelihood."""
 
     mean: torch.Tensor  # (K, ..., n)
     var: torch.Tensor  # (K, ..., n)
     log_w: torch.Tensor  # (K, ..., n) or broadcastable to it
     u_var: torch.Tensor  # (K, ..., n)  prior variance of u in component k
     u_mean: torch.Tensor  # (..., n)  prior mean of u (the same in every component)
+    rate: torch.Tensor  # ()  lambda, the rate of a short stall's exponential length
     log_p_c: torch.Tensor | None = None  # (2, ..., K) log P(C = 0, 1) per node
 
     def sample(self, generator=None) -> torch.Tensor:
-        """One draw of v per entry (component by inverse CDF of the weights, then its Gaussian)."""
+        """One draw of v per entry (component by inverse CDF of the weights, then its Gaussian,
+        plus an exponential length for a short stall)."""
         cdf = self.log_w.exp().cumsum(0)
         pick = (torch.rand(self.mean.shape[1:], generator=generator) > cdf[:-1]).sum(0)
         mean = torch.gather(self.mean, 0, pick[None]).squeeze(0)
         sd = torch.gather(self.var, 0, pick[None]).squeeze(0).sqrt()
-        return mean + sd * torch.randn(mean.shape, generator=generator)
+        short = (pick % EMITTER_PARTS == SHORT) * exponential(mean.shape, generator) / self.rate
+        return mean + sd * torch.randn(mean.shape, generator=generator) + short
 
 
 @dataclass
@@ -145,9 +162,10 @@ class Parts:
     rho: torch.Tensor  # () the pull of each worker's level towards the workers' mean
     switch: torch.Tensor  # (p_on, p_off) of a node's episode C
     episode: torch.Tensor  # (delta_c, s_c^2): an episode's shift of v and its added variance
-    shift: torch.Tensor  # (0, delta)
-    stall_var: torch.Tensor  # (0, s_st^2)
-    log_w_e: torch.Tensor  # (log(1 - pi), log pi)
+    shift: torch.Tensor  # (0, delta, delta_s): each emitter part's shift of v
+    stall_var: torch.Tensor  # (0, s_st^2, 0): its added variance
+    stall_rate: torch.Tensor  # () lambda, the rate of a short stall's exponential length
+    log_w_e: torch.Tensor  # log (1 - pi - pi_s, pi, pi_s)
     emitter_e: tuple[torch.Tensor, ...]  # ``Emitter.project``
     phi_e: torch.Tensor  # (n, H) ``InferenceNetwork.project``
 
@@ -175,6 +193,11 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
     """log(1 + e^x) as max(x, 0) + log(1 + e^-|x|): F.softplus's log1p is not vectorised on CPU
     (here 6x slower on the S x n draws of a decision)."""
     return x.clamp_min(0) + (1 + (-x.abs()).exp()).log()
+
+
+def exponential(shape, generator=None) -> torch.Tensor:
+    """Draws of Exp(1)."""
+    return torch.empty(shape).exponential_(generator=generator)
 
 
 def stack(a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -276,10 +299,12 @@ class Transition(nn.Module):
 
 
 class Emitter(nn.Module):
-    """p(v_{t,w} | z_t): the normal part N(f + u, s^2) or a stall N(f + u + delta, s^2 + s_st^2).
+    """p(v_{t,w} | z_t): the normal part N(f + u, s^2), a long stall N(f + u + delta, s^2 + s_st^2)
+    (probability pi) or a short stall N(f + u + delta_s, s^2) + Exp(lambda) (probability pi_s).
 
     h = tanh(W_1 g + c_1);  f(g, e) = (W_f [h, g] + c_f)^T [e, 1];
-    s(g, e) = softplus((W_s h + c_s)^T [e, 1]); pi, delta = softplus(.) and s_st are learnt.
+    s(g, e) = softplus((W_s h + c_s)^T [e, 1]); (1 - pi - pi_s, pi, pi_s) = softmax(0, a, a_s),
+    delta, delta_s = softplus(.), s_st and lambda are learnt.
     """
 
     def __init__(self, latent_dim: int, worker_dim: int, hidden_dim: int, emission: str):
@@ -293,6 +318,9 @@ class Emitter(nn.Module):
         self.stall_logit = nn.Parameter(torch.tensor(-6.0))  # pi ~ 0.25 %
         self.stall_shift = nn.Parameter(torch.tensor(0.5))  # delta = softplus(.) ~ 0.97
         self.stall_log_scale = nn.Parameter(torch.tensor(math.log(0.5)))
+        self.short_logit = nn.Parameter(torch.tensor(-6.0))  # pi_s ~ 0.25 %
+        self.short_shift = nn.Parameter(torch.tensor(-2.0))  # delta_s = softplus(.) ~ 0.13
+        self.short_log_rate = nn.Parameter(torch.tensor(math.log(2.0)))  # mean length 1 / 2
         with torch.no_grad():  # start near x~ = 1 with a 10 % spread
             self.to_loc.bias[-1] = 0.0 if emission == "lognormal" else 1.0
             self.to_scale.bias[-1] = -2.2
@@ -314,12 +342,13 @@ class Emitter(nn.Module):
         return loc, softplus(h @ scale_w + scale_b) + 1e-3
 
     def stall_parts(self):
-        """Shifts (0, delta), added variances (0, s_st^2), log weights (log(1 - pi), log pi)."""
+        """Per part (normal, long stall, short stall): shifts (0, delta, delta_s), added
+        variances (0, s_st^2, 0), the short stall's rate lambda, log weights."""
         zero = torch.zeros(())
-        shift = torch.stack([zero, F.softplus(self.stall_shift)])
-        var = torch.stack([zero, (2 * self.stall_log_scale).exp()])
-        log_w = torch.stack([F.logsigmoid(-self.stall_logit), F.logsigmoid(self.stall_logit)])
-        return shift, var, log_w
+        shift = torch.stack([zero, F.softplus(self.stall_shift), F.softplus(self.short_shift)])
+        var = torch.stack([zero, (2 * self.stall_log_scale).exp(), zero])
+        log_w = torch.stack([zero, self.stall_logit, self.short_logit]).log_softmax(0)
+        return shift, var, self.short_log_rate.exp(), log_w
 
     def space(self, x: torch.Tensor) -> torch.Tensor:
         """The space the family is Gaussian in: log x~ (lognormal) or x~ (gaussian)."""
@@ -370,8 +399,9 @@ def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor,
     """P(component | every observation of the worker's node) per worker, the log marginal
     likelihood of the observations, summed over nodes, and P(C = 1 | the node's observations).
 
-    log_joint (12, ..., n) is log P(component) + log p(v_w | component), components
-    episode-major (C = 0, 1), then regime (stay, jump, reset), then (normal, stall); P(component)
+    log_joint (18, ..., n) is log P(component) + log p(v_w | component), components
+    episode-major (C = 0, 1), then regime (stay, jump, reset), then the emitter's part (normal,
+    long stall, short stall); P(component)
     holds the worker's share of the node's P(C) (``log_p_c`` (2, ..., K)) and P(J). C and J are
     shared by the node: with L_{w,C,J} = log [(1 - p_r) p(v_w | C, J) + p_r p(v_w | C, reset)],
     P(C, J | node) ~ P(C) P(J) prod_{w in node} exp L_{w,C,J}, and a worker's component
@@ -379,7 +409,7 @@ def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor,
     component allows (a reset allows both). A node of one worker gives the plain per-worker
     mixture posterior.
     """
-    per_regime = log_joint.unflatten(0, (2, 3, 2)).logsumexp(2)  # log P(C, k) p(v | C, k)
+    per_regime = log_joint.unflatten(0, (2, 3, -1)).logsumexp(2)  # log P(C, k) p(v | C, k)
     log_c = nodes.spread(log_p_c)[:, None]  # (2, 1, ..., n)
     prior = log_c + stack(log_w_j, per_regime[0, 0])  # log P(C) P(J), (2, 2, ..., n)
     given = torch.logaddexp(per_regime[:, :2] - prior, per_regime[:, 2:] - log_c)  # L_{w,C,J}
@@ -387,36 +417,84 @@ def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor,
     log_norm = joint.flatten(0, 1).logsumexp(0)
     post = joint - log_norm  # log P(C, J | node)
     weight = nodes.spread(post) - given  # log P(C, J | node) / p(v_w | C, J), per worker
-    by_c = log_joint.unflatten(0, (2, 3, 2))
+    by_c = log_joint.unflatten(0, (2, 3, -1))
     moves = (weight - prior)[:, :, None] + by_c[:, :2]  # stay (J = 0) and jump (J = 1)
     resets = (weight.logsumexp(1) - log_c[:, 0])[:, None] + by_c[:, 2]
     log_r = torch.cat([moves, resets[:, None]], 1).flatten(0, 2)
     return log_r.exp(), log_norm.sum(-1), post[1].logsumexp(0).exp()
 
 
+def log_phi(z: torch.Tensor) -> torch.Tensor:
+    """log of the standard normal density."""
+    return -0.5 * (LOG_2PI + z**2)
+
+
+def above(z: torch.Tensor):
+    """log P(Z > z) and the standardised moments of Z | Z > z, Z ~ N(0, 1): mean h(z) (the
+    inverse Mills ratio phi / (1 - Phi)) and variance 1 + z h - h^2."""
+    log_tail = torch.special.log_ndtr(-z)
+    h = torch.exp(log_phi(z) - log_tail)
+    return log_tail, h, (1 + z * h - h**2).clamp(0, 1)
+
+
+def observe_components(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
+    """Per component of ``mix``: log p_k(v) (log P_k(V > v) where censored), and the posterior
+    of its Gaussian part G (all of V but a short stall's exponential length E) given that,
+    standardised: (E[G | .] - mean_k) / sd_k and Var[G | .] / var_k. Three (K, ..., n) tensors.
+
+    With alpha = (v - mean_k) / sd_k, a Gaussian component (V = G) gives the Gaussian density and
+    G = v, or, censored, G truncated below at v (``above``). A short stall, V = G + E,
+    E ~ Exp(lambda), with b = lambda sd_k and beta = alpha - b: observed, p(v) = lambda
+    exp(-b alpha + b^2 / 2) Phi(beta), and G | v is N(mean_k + lambda var_k, var_k) truncated
+    above at v (mean b - h', variance 1 - beta h' - h'^2, h' = phi(beta) / Phi(beta)); censored,
+    P(V > v) = P(G > v) + P(G <= v, E > v - G) = (1 - Phi(alpha)) + exp(-b alpha + b^2 / 2)
+    Phi(beta), and G is the mixture of the two truncated normals with these two weights.
+    """
+    alpha = ((v - mix.mean) / mix.var.sqrt()).unflatten(0, (-1, EMITTER_PARTS))
+    a, a_s = alpha[:, :SHORT], alpha[:, SHORT]  # the Gaussian components, the short stalls
+    tail, h, var_tail = above(a)
+    var_g = mix.var.unflatten(0, (-1, EMITTER_PARTS))[:, :SHORT]
+    gaussian = (torch.where(censored, tail, log_phi(a) - 0.5 * var_g.log()),
+                torch.where(censored, h, a), torch.where(censored, var_tail, 0.0))
+    b = mix.rate * mix.var[SHORT::EMITTER_PARTS].sqrt()
+    beta = a_s - b
+    log_below = torch.special.log_ndtr(beta)
+    h_below = torch.exp(log_phi(beta) - log_below)
+    mean_below = b - h_below
+    var_below = (1 - beta * h_below - h_below**2).clamp(0, 1)
+    log_e = -b * a_s + 0.5 * b**2 + log_below  # log P(G <= v, E > v - G)
+    tail_s, h_s, var_tail_s = above(a_s)
+    log_surv = torch.logaddexp(tail_s, log_e)
+    p_g = torch.exp(tail_s - log_surv)  # P(G > v | V > v)
+    mean_cens = p_g * h_s + (1 - p_g) * mean_below
+    var_cens = (p_g * (var_tail_s + h_s**2) + (1 - p_g) * (var_below + mean_below**2)
+                - mean_cens**2).clamp(0, 1)
+    short = (torch.where(censored, log_surv, mix.rate.log() + log_e),
+             torch.where(censored, mean_cens, mean_below),
+             torch.where(censored, var_cens, var_below))
+    return tuple(torch.cat([g, s[:, None]], 1).flatten(0, 1)
+                 for g, s in zip(gaussian, short, strict=True))
+
+
 def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: Nodes,
                   log_w_j: torch.Tensor):
     """Posterior of u_{t,w} after v_{t,w} (or after v > v where censored), moment-matched to one
     Gaussian, log p(v) (or log P(V > v)) of all workers, and each node's P(C = 1):
-    assumed-density filtering through ``mix`` (12 components, see ``node_posterior``).
+    assumed-density filtering through ``mix`` (18 components, see ``node_posterior``).
 
-    Per component k with mean m_k, variance V_k and prior variance P_k of u, the gain is
-    K_k = P_k / V_k. Observed v: mean mu + K_k (v - m_k), variance P_k (1 - K_k). Censored
-    (v > a): with alpha = (a - m_k) / sqrt V_k and lambda = phi(alpha) / (1 - Phi(alpha)) (the
-    inverse Mills ratio), mean mu + K_k sqrt(V_k) lambda, variance P_k (1 - K_k lambda (lambda -
-    alpha)), the truncated normal's moments. The components are weighted by their posterior
-    probabilities r_k and collapsed: mean sum r_k mu_k, variance sum r_k (P_k + mu_k^2) - mean^2.
+    In component k the Gaussian part is G = u + (the emitter's noise), of mean m_k and variance
+    V_k, u's prior variance is P_k, and u | G is exact: mean mu + K_k (G - m_k), variance
+    P_k (1 - K_k), K_k = P_k / V_k. So with G's posterior (``observe_components``: G = v for a
+    Gaussian component; a truncated normal, or two, where censored or a short stall), u's is mean
+    mu + K_k (E[G] - m_k), variance P_k (1 - K_k) + K_k^2 Var[G]. The components are weighted by
+    their posterior probabilities r_k and collapsed: mean sum r_k mu_k, variance
+    sum r_k (P_k + mu_k^2) - mean^2.
     """
-    sd = mix.var.sqrt()
-    alpha = (v - mix.mean) / sd
-    log_tail = torch.special.log_ndtr(-alpha)
-    lam = torch.exp(-0.5 * (LOG_2PI + alpha**2) - log_tail)
+    log_lik, g_mean, g_var = observe_components(mix, v, censored)
     gain = mix.u_var / mix.var
-    mu = mix.u_mean + gain * torch.where(censored, sd * lam, v - mix.mean)
-    shrink = torch.where(censored, lam * (lam - alpha), torch.ones_like(alpha))
-    var = mix.u_var * (1 - gain * shrink).clamp_min(1e-6)
-    r, log_norm, p_c = node_posterior(mix.log_w + torch.where(
-        censored, log_tail, -0.5 * (LOG_2PI + alpha**2) - sd.log()), nodes, log_w_j, mix.log_p_c)
+    mu = mix.u_mean + gain * mix.var.sqrt() * g_mean
+    var = mix.u_var * (1 - gain * (1 - g_var)).clamp_min(1e-6)
+    r, log_norm, p_c = node_posterior(mix.log_w + log_lik, nodes, log_w_j, mix.log_p_c)
     mean = (r * mu).sum(0)
     return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8), log_norm, p_c
 
@@ -469,12 +547,13 @@ class RuntimeModel(nn.Module):
                      self.inference.project(self.embedding))
 
     def emission(self, g: torch.Tensor, u: torch.Tensor, parts: Parts | None = None) -> Mixture:
-        """p(v_t | g_t, u_t): the emitter's normal and stall parts at level f(g, e_w) + u."""
+        """p(v_t | g_t, u_t): the emitter's three parts at level f(g, e_w) + u."""
         parts = parts or self.parts()
         loc, scale = self.emitter(g, parts.emitter_e)
         shift, stall_var, log_w = (stack(a, loc) for a in (parts.shift, parts.stall_var,
                                                            parts.log_w_e))
-        return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift), u)
+        return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift), u,
+                       parts.stall_rate)
 
     def mixture(self, g: torch.Tensor, s: FilterState, parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, x_{1:t-1}): the node's episode C_t (off, on) x u_t's three regimes x the
@@ -484,7 +563,7 @@ class RuntimeModel(nn.Module):
         part = self.emission(g, mu_u, parts)
         step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
         k = len(parts.step)
-        u_var = (var_u + step).repeat_interleave(2, 0)
+        u_var = (var_u + step).repeat_interleave(len(parts.shift), 0)
         mean = part.mean.repeat(k, *([1] * mu_u.dim()))
         var = u_var + part.var.repeat(k, *([1] * mu_u.dim()))
         log_w = (log_w_u[:, None] + part.log_w[None]).flatten(0, 1)
@@ -493,7 +572,7 @@ class RuntimeModel(nn.Module):
         shift, extra = parts.episode
         return Mixture(torch.cat([mean, mean + shift]), torch.cat([var, var + extra]),
                        torch.cat([log_w + self.nodes.spread(c) for c in log_p_c]),
-                       torch.cat([u_var, u_var]), part.u_mean, log_p_c)
+                       torch.cat([u_var, u_var]), part.u_mean, part.rate, log_p_c)
 
     def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
              parts: Parts | None = None) -> FilterState:
@@ -513,9 +592,7 @@ class RuntimeModel(nn.Module):
         """log p(x) of all workers under ``mix`` (..., n) (log P(X > x) where censored), as a
         density over x~ (the lognormal's Jacobian included)."""
         v = self.emitter.space(x)
-        z = (v - mix.mean) / mix.var.sqrt()
-        density = -0.5 * (LOG_2PI + z**2 + mix.var.log())
-        log_joint = mix.log_w + torch.where(censored, torch.special.log_ndtr(-z), density)
+        log_joint = mix.log_w + observe_components(mix, v, censored)[0]
         log_norm = node_posterior(log_joint, self.nodes, parts.log_w_j, mix.log_p_c)[1]
         if self.emitter.emission == "lognormal":
             log_norm = log_norm - torch.where(censored, 0.0, v).sum(-1)
@@ -556,7 +633,7 @@ class RuntimeModel(nn.Module):
     def predictive(self, s: FilterState, samples: int, generator=None,
                    parts: Parts | None = None) -> Mixture:
         """p(v_{t+1} | x_{1:t}) as S draws of g_{t+1}, each with every worker's exact mixture
-        (u_{t+1} integrated out): a Mixture of shape (12, S, n)."""
+        (u_{t+1} integrated out): a Mixture of shape (18, S, n)."""
         mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
         return self.mixture(g, s, parts)
@@ -575,7 +652,8 @@ class RuntimeModel(nn.Module):
     def draws(self, s: FilterState, samples: int, generator=None,
               parts: Parts | None = None) -> torch.Tensor:
         """S joint draws (S, n) of v_{t+1} | x_{1:t}: g_{t+1} from the transition, then per
-        worker its regime (J shared by its node) and stall indicators and one Gaussian.
+        worker its regime (J shared by its node) and emitter part (normal, long or short
+        stall), one Gaussian, and a short stall's exponential length.
 
         A fresh reset at t+1 is left out. It moves E[x_(c)] by about its probability, n p_r
         (0.2 % at n = 16), but drawn, it puts a 7x-50x outlier into some of the S draws: the
@@ -587,15 +665,18 @@ class RuntimeModel(nn.Module):
         mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
         loc, scale = self.emitter(g, parts.emitter_e)
-        stall = torch.rand(loc.shape, generator=generator) < parts.log_w_e[1].exp()
+        which = torch.rand(loc.shape, generator=generator)
+        p_long, p_short = parts.log_w_e[1:].exp()
+        stall, short = which < p_long, (which >= p_long) & (which < p_long + p_short)
         var = scale.square_().add_(var_u).add_(self.step_variances(parts, samples, generator,
                                                                    resets=False))
         p_c = self.transition.predict_c(s.p_c, parts.switch)
         on = self.nodes.spread(self.episodes(p_c, samples, generator))
         var.add_(stall * parts.stall_var[1])
         v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
-        return v.add_(stall * parts.shift[1]).add_(on * self.episode_levels(parts, samples,
-                                                                             generator))
+        length = exponential(loc.shape, generator).div_(parts.stall_rate).add_(parts.shift[SHORT])
+        v.add_(stall * parts.shift[1]).add_(short * length)
+        return v.add_(on * self.episode_levels(parts, samples, generator))
 
     def episode_levels(self, parts: Parts, samples: int, generator=None) -> torch.Tensor:
         """Draws (S, n) of a node's episode shift delta_c + eps_k, eps_k ~ N(0, s_c^2), one per
