@@ -268,8 +268,9 @@ def with_episodes(w9: torch.Tensor, log_p_c: torch.Tensor, nodes: Nodes) -> torc
 @pytest.mark.parametrize("v", [-0.3, 0.1, 0.9])
 def test_worker_update_matches_numerical_integration(v, censored):
     """The assumed-density update of u (episode x regime x emitter part mixture, observed or
-    censored at v) has the mean and variance of the exact posterior, log p(v) its normaliser and
-    P(C = 1) the episode's posterior: all checked against integration over a fine grid of u. A
+    censored at v) has the mean and variance of the exact posterior, log p(v) its normaliser,
+    P(C = 1) the episode's posterior and P(B = 1) the short stall's: all checked against
+    integration over a fine grid of u. A
     short stall is its Gaussian plus an exponential length (rate 2.5), scipy's exponnorm."""
     mu, p_j, p_c, rate = 0.05, 0.05, 0.3, 2.5
     # offsets: long stall 0.7, short stall 0.2, episode 0.4
@@ -282,7 +283,8 @@ def test_worker_update_matches_numerical_integration(v, censored):
                   torch.tensor(rate), log_p_c)
     flag = torch.tensor([censored])
     log_w_j = torch.tensor([1 - p_j, p_j]).log()
-    mean, var, logp, post_c = worker_update(mix, torch.tensor([v]), flag, Nodes(None, 1), log_w_j)
+    mean, var, logp, post_c, post_b = worker_update(mix, torch.tensor([v]), flag, Nodes(None, 1),
+                                                    log_w_j)
 
     u = np.linspace(-12, 12, 400_001)
     prior = [np.exp(-0.5 * (u - mu) ** 2 / pk) / np.sqrt(2 * np.pi * pk) for pk in p.numpy()]
@@ -299,6 +301,7 @@ def test_worker_update_matches_numerical_integration(v, censored):
     assert float(var) == pytest.approx(np.trapezoid((u - m) ** 2 * post, u) / z, rel=1e-3)
     assert float(logp) == pytest.approx(np.log(z), abs=1e-4)
     assert float(post_c) == pytest.approx(np.trapezoid(sum(parts[9:]), u) / z, abs=1e-5)
+    assert float(post_b) == pytest.approx(np.trapezoid(sum(parts[2::3]), u) / z, abs=1e-5)
 
 
 def test_node_posterior_matches_enumeration():
@@ -443,6 +446,32 @@ def test_a_node_slowing_down_at_once_is_a_jump_not_four_stalls(trained):
         median = np.median(pred.draws().numpy(), axis=0)
         ratio[name] = median[:4].mean() / median[4:].mean()
     assert ratio["node"] > 1.7 and ratio["alone"] < 1.3, ratio
+
+
+def test_a_short_stall_goes_on_as_often_as_kappa_says(trained):
+    """One worker runs 1.6x slower for one iteration, a short stall for the filter. The forecast
+    of the next iteration keeps it slow when short stalls go on (kappa = 0.9, an Alibaba trace's
+    repeated values) and does not when they never do (kappa ~ 0, the simulator's stalls)."""
+    model = load_model(trained)
+    x = np.exp(np.random.default_rng(5).normal(0, 0.05, (21, 8)))
+    x[20, 0] *= 1.6
+    ratio = {}
+    for kappa in (0.9, 1e-4):
+        m = load_model(trained)
+        with torch.no_grad():
+            m.transition.jump_logit.fill_(math.log(1e-4))
+            m.emitter.stall_logit.fill_(-12.0)  # no long stalls
+            m.emitter.short_logit.fill_(math.log(0.03 / 0.97))
+            m.emitter.short_shift.fill_(math.log(math.expm1(0.4)))  # delta_s = 0.4
+            m.emitter.short_log_rate.fill_(math.log(10.0))
+            m.emitter.short_stay_logit.fill_(math.log(kappa / (1 - kappa)))
+        pred = m.predictor(samples=4000, seed=0)
+        for t in range(21):
+            pred.observe(observation(t, x[t] * model.scale_s, 8, 0.0))
+        assert float(pred.state.p_b[0, 0]) > 0.9  # the filter reads a stall, not a new level
+        median = np.median(pred.draws().numpy(), axis=0)
+        ratio[kappa] = median[0] / np.median(median[1:])
+    assert ratio[0.9] > 1.4 and ratio[1e-4] < 1.15, ratio
 
 
 def test_compiled_filter_forecasts_as_the_eager_one(trained):

@@ -16,9 +16,10 @@ node (a node's workers change level together) and a reset indicator R_{t,w} per 
               q = q_r if R_{t,w}, else q_j if J_{t,k(w)}, else q_u;
               J_{t,k} ~ Bernoulli(p_j), R_{t,w} ~ Bernoulli(p_r)
     P(C_{t,k} = 1 | C_{t-1,k}) = p_on if C_{t-1,k} = 0, 1 - p_off if 1
-    v_{t,w} | z_t ~ (1 - pi - pi_s) N(m_{t,w}, s^2)                            (Emitter)
-                    + pi N(m_{t,w} + delta, s^2 + s_stall^2)                   (long stall)
-                    + pi_s [N(m_{t,w} + delta_s, s^2) + Exp(lambda)],  s = s(g_t, e_w),
+    v_{t,w} | z_t ~ (1 - B_{t,w}) [(1 - pi) N(m_{t,w}, s^2)                    (Emitter)
+                                   + pi N(m_{t,w} + delta, s^2 + s_stall^2)]   (long stall)
+                    + B_{t,w} [N(m_{t,w} + delta_s, s^2) + Exp(lambda)],  s = s(g_t, e_w),
+    P(B_{t,w} = 1 | B_{t-1,w}) = pi_s if B_{t-1,w} = 0, kappa if 1             (short stall)
     m_{t,w} = f(g_t, e_w) + u_{t,w} + C_{t,k(w)} (delta_c + eps_{t,k(w)}),
     eps_{t,k} ~ N(0, s_c^2)
 
@@ -49,15 +50,17 @@ which the learnt parts would otherwise explain away as stall after stall.
 The emitter's other two parts are transient stalls: a heavy right tail that a single Gaussian
 could only fake by widening everyone's spread. A long stall (probability pi) is a wide Gaussian
 shifted by delta > 0; learnt, it reaches the rare 30x stalls (log-space sd 1.6-2.9). A short
-stall (probability pi_s) is at least delta_s > 0 longer, by an exponential length of rate lambda
-in v = log x~ (a Pareto tail in x~): most of its mass sits just above delta_s, where the common
-1.2-1.7x stalls are. With the long stall alone (models up to format 4) a 1.67x stall had so
-little density that it left a fifth of the posterior on a lasting change, and bdsgd cut a
-healthy worker for it; with the short stall alone (format 5) a value 1.11x the usual seen twice
-(an Alibaba trace holds each value twice) was too wide for it and read as a lasting change, and
-the Pareto(1.2) stalls of the mixed scenario were underweighted. e_w is worker w's
-identity embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any n
-and a pass over S draws x n workers is two matrix products.
+stall (it starts with probability pi_s) is delta_s > 0 longer plus an exponential length (rate
+lambda in v = log x~: a Pareto tail in x~); most of its mass sits just above delta_s, where the
+common 1.2-1.7x stalls are; it goes on into the next iteration with probability kappa (learnt: a
+simulated stall never does, an Alibaba trace holds each sampled value for two iterations). With
+the long stall alone (models up to format 4) a 1.67x stall had so little density that it left a
+fifth of the posterior on a lasting change, and bdsgd cut a healthy worker for it. With the
+short stall alone (format 5) the Pareto(1.2) stalls of the mixed scenario were underweighted;
+with both but no kappa (format 6) a spike seen twice was no stall, so an episode, which then
+outlived the spike while the worker was cut off and unobserved. e_w is worker w's identity
+embedding; f and s are bilinear in an MLP of g_t and e_w, so one emitter serves any n and a pass
+over S draws x n workers is two matrix products.
 
 Inference (amortised, filtering online). q(z_t | x_{1:t}) costs one pass over the workers per
 iteration and no optimisation. The cluster part is a learnt recursion, as in Pyro's dmm.py::
@@ -70,10 +73,10 @@ u_{t,w} is conditionally a mixture of 2 x 3 x 3 components (episode x regime x t
 part; a short stall's is an exponentially modified Gaussian, whose posterior of u is still
 closed form, ``observe_components``) whose posterior after an observed v, or after the censored
 fact v > log tau~, is moment-matched back to one Gaussian (assumed-density filtering,
-``worker_update``); the shared C and J are weighed on
-all of a node's observations at once, and P(C_{t,k} = 1 | x_{1:t}) is carried exactly (a
-two-state forward filter per node). It has no learnt part, so it behaves the same in states
-that training never visited.
+``worker_update``); the shared C and J are weighed on all of a node's observations at once, and
+P(C_{t,k} = 1 | x_{1:t}) and P(B_{t,w} = 1 | x_{1:t}) are carried exactly (two-state forward
+filters, per node and per worker). It has no learnt part, so it behaves the same in states that
+training never visited.
 
 Objective. The worker part is integrated out (Rao-Blackwellised), so per iteration the model
 scores the one-step predictive of u together with q(g_t):
@@ -101,7 +104,7 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import Observation, draw_count
 from bdsgd.traces.schema import Trace, from_arrays
 
-FORMAT = "bdsgd-runtime-model/6"  # 5 was an exponential stall alone (not kept)
+FORMAT = "bdsgd-runtime-model/7"  # 5 and 6: stall parts measured and not kept
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 LOG_2PI = math.log(2 * math.pi)
 RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime (see the module docstring): fixed
@@ -119,6 +122,7 @@ class FilterState:
     mu_u: torch.Tensor  # (B, n)
     var_u: torch.Tensor  # (B, n)
     p_c: torch.Tensor  # (B, K) P(C_{t,k} = 1 | x_{1:t}): node k is in an episode
+    p_b: torch.Tensor  # (B, n) P(B_{t,w} = 1 | x_{1:t}): worker w is in a short stall
 
 
 @dataclass
@@ -165,7 +169,7 @@ class Parts:
     shift: torch.Tensor  # (0, delta, delta_s): each emitter part's shift of v
     stall_var: torch.Tensor  # (0, s_st^2, 0): its added variance
     stall_rate: torch.Tensor  # () lambda, the rate of a short stall's exponential length
-    log_w_e: torch.Tensor  # log (1 - pi - pi_s, pi, pi_s)
+    stall_probs: torch.Tensor  # (pi, pi_s, kappa): a long stall; a short one starts, goes on
     emitter_e: tuple[torch.Tensor, ...]  # ``Emitter.project``
     phi_e: torch.Tensor  # (n, H) ``InferenceNetwork.project``
 
@@ -321,6 +325,7 @@ class Emitter(nn.Module):
         self.short_logit = nn.Parameter(torch.tensor(-6.0))  # pi_s ~ 0.25 %
         self.short_shift = nn.Parameter(torch.tensor(-2.0))  # delta_s = softplus(.) ~ 0.13
         self.short_log_rate = nn.Parameter(torch.tensor(math.log(2.0)))  # mean length 1 / 2
+        self.short_stay_logit = nn.Parameter(torch.tensor(-1.0))  # kappa ~ 0.27
         with torch.no_grad():  # start near x~ = 1 with a 10 % spread
             self.to_loc.bias[-1] = 0.0 if emission == "lognormal" else 1.0
             self.to_scale.bias[-1] = -2.2
@@ -343,12 +348,31 @@ class Emitter(nn.Module):
 
     def stall_parts(self):
         """Per part (normal, long stall, short stall): shifts (0, delta, delta_s), added
-        variances (0, s_st^2, 0), the short stall's rate lambda, log weights."""
+        variances (0, s_st^2, 0); the short stall's rate lambda; (pi, pi_s, kappa)."""
         zero = torch.zeros(())
         shift = torch.stack([zero, F.softplus(self.stall_shift), F.softplus(self.short_shift)])
         var = torch.stack([zero, (2 * self.stall_log_scale).exp(), zero])
-        log_w = torch.stack([zero, self.stall_logit, self.short_logit]).log_softmax(0)
-        return shift, var, self.short_log_rate.exp(), log_w
+        probs = torch.sigmoid(torch.stack([self.stall_logit, self.short_logit, self.short_stay_logit]))
+        return shift, var, self.short_log_rate.exp(), probs
+
+    def stationary_short(self):
+        """P(B = 1) of the short stall chain's stationary law, pi_s / (1 - kappa + pi_s)."""
+        _, pi_s, kappa = self.stall_parts()[3]
+        return pi_s / (1 - kappa + pi_s)
+
+    @staticmethod
+    def predict_short(p_b, probs):
+        """P(B_t = 1 | x_{1:t-1}) from P(B_{t-1} = 1 | x_{1:t-1}): the short stall's chain."""
+        _, pi_s, kappa = probs
+        return p_b * kappa + (1 - p_b) * pi_s
+
+    @staticmethod
+    def part_log_w(p_short, probs):
+        """Log weights (3, ..., n) of the parts (normal, long stall, short stall) at
+        P(B_t = 1) = p_short: a long stall with probability pi when not in a short one."""
+        rest = (-p_short).log1p()
+        pi = probs[0]
+        return torch.stack([rest + (-pi).log1p(), rest + pi.log(), p_short.log()])
 
     def space(self, x: torch.Tensor) -> torch.Tensor:
         """The space the family is Gaussian in: log x~ (lognormal) or x~ (gaussian)."""
@@ -479,8 +503,9 @@ def observe_components(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
 def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: Nodes,
                   log_w_j: torch.Tensor):
     """Posterior of u_{t,w} after v_{t,w} (or after v > v where censored), moment-matched to one
-    Gaussian, log p(v) (or log P(V > v)) of all workers, and each node's P(C = 1):
-    assumed-density filtering through ``mix`` (18 components, see ``node_posterior``).
+    Gaussian, log p(v) (or log P(V > v)) of all workers, each node's P(C = 1) and each worker's
+    P(B = 1) (the short stall's components' posterior): assumed-density filtering through
+    ``mix`` (18 components, see ``node_posterior``).
 
     In component k the Gaussian part is G = u + (the emitter's noise), of mean m_k and variance
     V_k, u's prior variance is P_k, and u | G is exact: mean mu + K_k (G - m_k), variance
@@ -496,7 +521,8 @@ def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: 
     var = mix.u_var * (1 - gain * (1 - g_var)).clamp_min(1e-6)
     r, log_norm, p_c = node_posterior(mix.log_w + log_lik, nodes, log_w_j, mix.log_p_c)
     mean = (r * mu).sum(0)
-    return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8), log_norm, p_c
+    p_b = r.unflatten(0, (-1, EMITTER_PARTS))[:, SHORT].sum(0)
+    return mean, (r * (var + (mu - mean) ** 2)).sum(0).clamp_min(1e-8), log_norm, p_c, p_b
 
 
 def impute(x: torch.Tensor, censored: torch.Tensor, generator=None) -> torch.Tensor:
@@ -538,6 +564,7 @@ class RuntimeModel(nn.Module):
             # full tensors, not expanded views: a compiled step then serves t = 0 too
             var_u=self.transition.p0_u * torch.ones(batch, n),
             p_c=self.transition.stationary_c() * torch.ones(batch, self.nodes.count),
+            p_b=self.emitter.stationary_short() * torch.ones(batch, n),
         )
 
     def parts(self) -> Parts:
@@ -546,21 +573,24 @@ class RuntimeModel(nn.Module):
                      *self.emitter.stall_parts(), self.emitter.project(self.embedding),
                      self.inference.project(self.embedding))
 
-    def emission(self, g: torch.Tensor, u: torch.Tensor, parts: Parts | None = None) -> Mixture:
-        """p(v_t | g_t, u_t): the emitter's three parts at level f(g, e_w) + u."""
+    def emission(self, g: torch.Tensor, u: torch.Tensor, p_short: torch.Tensor,
+                 parts: Parts | None = None) -> Mixture:
+        """p(v_t | g_t, u_t): the emitter's three parts at level f(g, e_w) + u, with each
+        worker's P(B_t = 1) = ``p_short`` (..., n)."""
         parts = parts or self.parts()
         loc, scale = self.emitter(g, parts.emitter_e)
-        shift, stall_var, log_w = (stack(a, loc) for a in (parts.shift, parts.stall_var,
-                                                           parts.log_w_e))
-        return Mixture(loc + u + shift, scale**2 + stall_var, log_w, torch.zeros_like(shift), u,
-                       parts.stall_rate)
+        shift, stall_var = stack(parts.shift, loc), stack(parts.stall_var, loc)
+        return Mixture(loc + u + shift, scale**2 + stall_var,
+                       self.emitter.part_log_w(p_short, parts.stall_probs),
+                       torch.zeros_like(shift), u, parts.stall_rate)
 
     def mixture(self, g: torch.Tensor, s: FilterState, parts: Parts | None = None) -> Mixture:
         """p(v_t | g_t, x_{1:t-1}): the node's episode C_t (off, on) x u_t's three regimes x the
-        emitter's two parts, given q(z_{t-1}) ``s`` and the cluster state g (..., d)."""
+        emitter's three parts, given q(z_{t-1}) ``s`` and the cluster state g (..., d)."""
         parts = parts or self.parts()
         mu_u, var_u = self.transition.carry_u(s.mu_u, s.var_u, parts.rho)
-        part = self.emission(g, mu_u, parts)
+        p_short = self.emitter.predict_short(s.p_b, parts.stall_probs).clamp(1e-7, 1 - 1e-7)
+        part = self.emission(g, mu_u, p_short, parts)
         step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
         k = len(parts.step)
         u_var = (var_u + step).repeat_interleave(len(parts.shift), 0)
@@ -583,9 +613,9 @@ class RuntimeModel(nn.Module):
         h = self.inference.summarise(s.h, x.log(), censored, parts.phi_e)
         mu_g, var_g = self.inference.combine_g(self.transition.predict_g(s)[0], h)
         mix = self.mixture(mu_g, s, parts)
-        mu_u, var_u, _, p_c = worker_update(mix, self.emitter.space(x), censored, self.nodes,
-                                            parts.log_w_j)
-        return FilterState(h, mu_g, var_g, mu_u, var_u, p_c)
+        mu_u, var_u, _, p_c, p_b = worker_update(mix, self.emitter.space(x), censored,
+                                                 self.nodes, parts.log_w_j)
+        return FilterState(h, mu_g, var_g, mu_u, var_u, p_c, p_b)
 
     def log_likelihood(self, mix: Mixture, x: torch.Tensor, censored: torch.Tensor,
                        parts: Parts) -> torch.Tensor:
@@ -665,9 +695,11 @@ class RuntimeModel(nn.Module):
         mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
         loc, scale = self.emitter(g, parts.emitter_e)
+        # a short stall with P(B_{t+1} = 1), else a long one with probability pi
+        p_short = self.emitter.predict_short(s.p_b, parts.stall_probs)
         which = torch.rand(loc.shape, generator=generator)
-        p_long, p_short = parts.log_w_e[1:].exp()
-        stall, short = which < p_long, (which >= p_long) & (which < p_long + p_short)
+        short = which < p_short
+        stall = ~short & (which < p_short + (1 - p_short) * parts.stall_probs[0])
         var = scale.square_().add_(var_u).add_(self.step_variances(parts, samples, generator,
                                                                    resets=False))
         p_c = self.transition.predict_c(s.p_c, parts.switch)
@@ -701,6 +733,7 @@ class RuntimeModel(nn.Module):
         g = torch.randn((1, self.config.latent_dim), generator=gen)
         u = tr.p0_u.sqrt() * torch.randn((1, self.n_workers), generator=gen)
         p_c = tr.stationary_c().expand(self.nodes.count)  # P(C_t = 1 | C_{t-1}); at t = 0 stationary
+        p_b = self.emitter.stationary_short().expand(1, self.n_workers)  # the same for B_t
         rows = []
         for _ in range(iterations):
             g = g @ tr.A.T + tr.b + tr.q_g.sqrt() * torch.randn(g.shape, generator=gen)
@@ -710,7 +743,9 @@ class RuntimeModel(nn.Module):
             c = self.episodes(p_c, 1, gen)
             p_c = tr.predict_c(c, parts.switch)
             level = u + self.nodes.spread(c) * self.episode_levels(parts, 1, gen)
-            rows.append(self.emitter.unspace(self.emission(g, level, parts).sample(gen)))
+            b = (torch.rand(p_b.shape, generator=gen) < p_b).float()
+            p_b = self.emitter.predict_short(b, parts.stall_probs)
+            rows.append(self.emitter.unspace(self.emission(g, level, b, parts).sample(gen)))
         runtimes = torch.cat(rows).double().numpy() * self.scale_s
         return from_arrays(runtimes, meta={"source": "model-sample", "time_unit": self.time_unit,
                                            "seed": seed}, node=self.node)
