@@ -351,21 +351,24 @@ def test_node_posterior_matches_enumeration():
 
 
 def test_predictor_draws_follow_the_predictive_mixture(trained):
-    """Predictor.draws (indicators, one Gaussian, a short stall's length) and Mixture.sample
-    (all 18 components) draw from the same distribution: quantiles agree within Monte Carlo
-    error."""
+    """Predictor.draws (indicators, one Gaussian, a stall indexed) and Mixture.sample (all 18
+    components) draw from the same distribution: at each of Mixture.sample's quantiles, the
+    share of Predictor.draws above it agrees within Monte Carlo error (5 sd). Quantiles
+    themselves are no test near 0.99, where the stalls' mass begins and the density is flat
+    enough that they move by 0.05 between seeds of the same sampler."""
     model = load_model(trained)
-    pred = model.predictor(samples=20_000, seed=1)
+    draws = 100_000
+    pred = model.predictor(samples=draws, seed=1)
     x = cluster(10, 8, seed=3)
     for t in range(10):
         pred.observe(observation(t, x[t], 6, 0.0))
     fast = np.log(pred.draws().numpy() / model.scale_s)
     with torch.inference_mode():  # the predictor's state is an inference tensor
-        slow = model.predictive(pred.state, 20_000, torch.Generator().manual_seed(2)).sample(
+        slow = model.predictive(pred.state, draws, torch.Generator().manual_seed(2)).sample(
             torch.Generator().manual_seed(3)).numpy()
-    for q in (0.1, 0.5, 0.9, 0.99):
-        assert np.quantile(fast, q, axis=0) == pytest.approx(np.quantile(slow, q, axis=0),
-                                                             abs=0.03)
+    for q in (0.1, 0.5, 0.9, 0.99, 0.999):
+        above = (fast > np.quantile(slow, q, axis=0)).mean(0)
+        assert above == pytest.approx(np.full(8, 1 - q), abs=5 * np.sqrt(2 * q * (1 - q) / draws))
 
 
 def test_bayes_takes_as_many_draws_per_decision_as_bdsgd():

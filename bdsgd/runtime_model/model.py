@@ -453,11 +453,11 @@ def log_phi(z: torch.Tensor) -> torch.Tensor:
     return -0.5 * (LOG_2PI + z**2)
 
 
-def above(z: torch.Tensor):
+def above(z: torch.Tensor, log_phi_z: torch.Tensor):
     """log P(Z > z) and the standardised moments of Z | Z > z, Z ~ N(0, 1): mean h(z) (the
-    inverse Mills ratio phi / (1 - Phi)) and variance 1 + z h - h^2."""
+    inverse Mills ratio phi / (1 - Phi)) and variance 1 + z h - h^2. ``log_phi_z``: log_phi(z)."""
     log_tail = torch.special.log_ndtr(-z)
-    h = torch.exp(log_phi(z) - log_tail)
+    h = torch.exp(log_phi_z - log_tail)
     return log_tail, h, (1 + z * h - h**2).clamp(0, 1)
 
 
@@ -474,30 +474,33 @@ def observe_components(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
     P(V > v) = P(G > v) + P(G <= v, E > v - G) = (1 - Phi(alpha)) + exp(-b alpha + b^2 / 2)
     Phi(beta), and G is the mixture of the two truncated normals with these two weights.
     """
-    alpha = ((v - mix.mean) / mix.var.sqrt()).unflatten(0, (-1, EMITTER_PARTS))
-    a, a_s = alpha[:, :SHORT], alpha[:, SHORT]  # the Gaussian components, the short stalls
-    tail, h, var_tail = above(a)
-    var_g = mix.var.unflatten(0, (-1, EMITTER_PARTS))[:, :SHORT]
-    gaussian = (torch.where(censored, tail, log_phi(a) - 0.5 * var_g.log()),
-                torch.where(censored, h, a), torch.where(censored, var_tail, 0.0))
-    b = mix.rate * mix.var[SHORT::EMITTER_PARTS].sqrt()
+    sd = mix.var.sqrt()
+    alpha = (v - mix.mean) / sd
+    lp = log_phi(alpha)
+    tail, h, var_tail = above(alpha, lp)  # every component's Gaussian part, censored at v
+
+    def short(t):  # the short stalls' entries of a (K, ..., n) tensor
+        return t.unflatten(0, (-1, EMITTER_PARTS))[:, SHORT]
+
+    a_s, lp_s, tail_s, h_s, var_tail_s = (short(t) for t in (alpha, lp, tail, h, var_tail))
+    b = mix.rate * short(sd)
     beta = a_s - b
-    log_below = torch.special.log_ndtr(beta)
-    h_below = torch.exp(log_phi(beta) - log_below)
+    log_e = b * (0.5 * b - a_s) + torch.special.log_ndtr(beta)  # log P(G <= v, E > v - G)
+    h_below = torch.exp(lp_s - log_e)  # phi(beta) / Phi(beta)
     mean_below = b - h_below
     var_below = (1 - beta * h_below - h_below**2).clamp(0, 1)
-    log_e = -b * a_s + 0.5 * b**2 + log_below  # log P(G <= v, E > v - G)
-    tail_s, h_s, var_tail_s = above(a_s)
     log_surv = torch.logaddexp(tail_s, log_e)
     p_g = torch.exp(tail_s - log_surv)  # P(G > v | V > v)
     mean_cens = p_g * h_s + (1 - p_g) * mean_below
     var_cens = (p_g * (var_tail_s + h_s**2) + (1 - p_g) * (var_below + mean_below**2)
                 - mean_cens**2).clamp(0, 1)
-    short = (torch.where(censored, log_surv, mix.rate.log() + log_e),
+    gaussian = (torch.where(censored, tail, lp - sd.log()), torch.where(censored, h, alpha),
+                torch.where(censored, var_tail, 0.0))
+    stall = (torch.where(censored, log_surv, mix.rate.log() + log_e),
              torch.where(censored, mean_cens, mean_below),
              torch.where(censored, var_cens, var_below))
-    return tuple(torch.cat([g, s[:, None]], 1).flatten(0, 1)
-                 for g, s in zip(gaussian, short, strict=True))
+    return tuple(torch.cat([g.unflatten(0, (-1, EMITTER_PARTS))[:, :SHORT], s[:, None]], 1)
+                 .flatten(0, 1) for g, s in zip(gaussian, stall, strict=True))
 
 
 def worker_update(mix: Mixture, v: torch.Tensor, censored: torch.Tensor, nodes: Nodes,
@@ -695,19 +698,23 @@ class RuntimeModel(nn.Module):
         mu_g, var_g = self.transition.predict_g(s)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
         loc, scale = self.emitter(g, parts.emitter_e)
-        # a short stall with P(B_{t+1} = 1), else a long one with probability pi
-        p_short = self.emitter.predict_short(s.p_b, parts.stall_probs)
-        which = torch.rand(loc.shape, generator=generator)
-        short = which < p_short
-        stall = ~short & (which < p_short + (1 - p_short) * parts.stall_probs[0])
         var = scale.square_().add_(var_u).add_(self.step_variances(parts, samples, generator,
                                                                    resets=False))
         p_c = self.transition.predict_c(s.p_c, parts.switch)
         on = self.nodes.spread(self.episodes(p_c, samples, generator))
-        var.add_(stall * parts.stall_var[1])
+        # A stall: short with P(B_{t+1} = 1), else long with probability pi. Stalls are rare,
+        # so they are indexed rather than masked over all S x n draws: one uniform picks the
+        # part, and for a short stall which / P(B = 1) is a fresh uniform, whose -log is its
+        # Exp(1) length; a long stall's extra spread is its own normal draw.
+        which = torch.rand(loc.shape, generator=generator)
+        p_short = self.emitter.predict_short(s.p_b, parts.stall_probs).expand_as(which)
+        i, w = (which < p_short + (1 - p_short) * parts.stall_probs[0]).nonzero(as_tuple=True)
+        u = which[i, w] / p_short[i, w]
+        long_stall = parts.shift[1] + parts.stall_var[1].sqrt() * torch.randn(
+            u.shape, generator=generator)
+        short_stall = parts.shift[SHORT] - u.clamp_min(1e-30).log() / parts.stall_rate
         v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
-        length = exponential(loc.shape, generator).div_(parts.stall_rate).add_(parts.shift[SHORT])
-        v.add_(stall * parts.shift[1]).add_(short * length)
+        v.index_put_((i, w), torch.where(u < 1, short_stall, long_stall), accumulate=True)
         return v.add_(on * self.episode_levels(parts, samples, generator))
 
     def episode_levels(self, parts: Parts, samples: int, generator=None) -> torch.Tensor:
