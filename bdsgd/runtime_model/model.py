@@ -109,7 +109,7 @@ MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 LOG_2PI = math.log(2 * math.pi)
 RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime (see the module docstring): fixed
 MIN_OFF = 0.05  # an episode ends with probability >= 5 % per iteration (``Transition.switch``)
-EMITTER_PARTS, SHORT = 3, 2  # the emitter's parts (normal, long stall, short stall); the short's
+EMITTER_PARTS, SHORT = 3, 2  # the emitter's parts (normal, long stall, short stall), the last's index
 
 
 @dataclass
@@ -303,11 +303,13 @@ class Transition(nn.Module):
 
 
 class Emitter(nn.Module):
-    """p(v_{t,w} | z_t): the normal part N(f + u, s^2), a long stall N(f + u + delta, s^2 + s_st^2)
-    (probability pi) or a short stall N(f + u + delta_s, s^2) + Exp(lambda) (probability pi_s).
+    """p(v_{t,w} | z_t): a short stall N(f + u + delta_s, s^2) + Exp(lambda) if B_{t,w} = 1,
+    else the normal part N(f + u, s^2) or, with probability pi, a long stall
+    N(f + u + delta, s^2 + s_st^2); B is a chain that starts with probability pi_s and goes on
+    with probability kappa.
 
     h = tanh(W_1 g + c_1);  f(g, e) = (W_f [h, g] + c_f)^T [e, 1];
-    s(g, e) = softplus((W_s h + c_s)^T [e, 1]); (1 - pi - pi_s, pi, pi_s) = softmax(0, a, a_s),
+    s(g, e) = softplus((W_s h + c_s)^T [e, 1]); pi, pi_s, kappa = sigmoid(.),
     delta, delta_s = softplus(.), s_st and lambda are learnt.
     """
 
@@ -357,7 +359,7 @@ class Emitter(nn.Module):
 
     def stationary_short(self):
         """P(B = 1) of the short stall chain's stationary law, pi_s / (1 - kappa + pi_s)."""
-        _, pi_s, kappa = self.stall_parts()[3]
+        pi_s, kappa = torch.sigmoid(self.short_logit), torch.sigmoid(self.short_stay_logit)
         return pi_s / (1 - kappa + pi_s)
 
     @staticmethod
@@ -425,9 +427,9 @@ def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor,
 
     log_joint (18, ..., n) is log P(component) + log p(v_w | component), components
     episode-major (C = 0, 1), then regime (stay, jump, reset), then the emitter's part (normal,
-    long stall, short stall); P(component)
-    holds the worker's share of the node's P(C) (``log_p_c`` (2, ..., K)) and P(J). C and J are
-    shared by the node: with L_{w,C,J} = log [(1 - p_r) p(v_w | C, J) + p_r p(v_w | C, reset)],
+    long stall, short stall); P(component) holds the worker's share of the node's P(C)
+    (``log_p_c`` (2, ..., K)) and P(J). C and J are shared by the node: with
+    L_{w,C,J} = log [(1 - p_r) p(v_w | C, J) + p_r p(v_w | C, reset)],
     P(C, J | node) ~ P(C) P(J) prod_{w in node} exp L_{w,C,J}, and a worker's component
     posterior is P(C, J | node) P(component, v_w | C, J) / exp L_{w,C,J}, summed over the J a
     component allows (a reset allows both). A node of one worker gives the plain per-worker
