@@ -371,6 +371,30 @@ def test_predictor_draws_follow_the_predictive_mixture(trained):
         assert above == pytest.approx(np.full(8, 1 - q), abs=5 * np.sqrt(2 * q * (1 - q) / draws))
 
 
+def test_a_zero_uniform_draws_no_giant_stall(trained, monkeypatch):
+    """torch.rand returns exactly 0 once in 2^24 (about once in 2,000 decisions at n = 16):
+    every uniform the draws use may be 0 without a draw of 10^2-10^4 x. -log of a zero (clamped)
+    short-stall uniform made one, moved E[x_(n)] by up to a second, and cut a worker for
+    nothing in a quarter of the calm clusters."""
+    model = load_model(trained)
+    pred = model.predictor(samples=64, seed=0)
+    x = cluster(10, 8, seed=3)
+    for t in range(10):
+        pred.observe(observation(t, x[t], 8, 0.0))
+    rand = torch.rand
+
+    def with_a_zero(*args, **kwargs):
+        u = rand(*args, **kwargs)
+        u.view(-1)[0] = 0.0
+        return u
+
+    monkeypatch.setattr(torch, "rand", with_a_zero)
+    draws = pred.draws().numpy()
+    assert np.isfinite(draws).all()
+    # draw 0 of worker 0 is a short stall (its part's uniform is 0) of length -log(1 - 0) = 0
+    assert draws[0, 0] < 10 * np.median(draws)
+
+
 def test_bayes_takes_as_many_draws_per_decision_as_bdsgd():
     """The ceiling's Monte Carlo error is no larger than the model's: the gap between bayes and
     bdsgd is the model's own error. Small clusters get more draws than ``samples``."""

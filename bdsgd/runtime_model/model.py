@@ -706,15 +706,18 @@ class RuntimeModel(nn.Module):
         on = self.nodes.spread(self.episodes(p_c, samples, generator))
         # A stall: short with P(B_{t+1} = 1), else long with probability pi. Stalls are rare,
         # so they are indexed rather than masked over all S x n draws: one uniform picks the
-        # part, and for a short stall which / P(B = 1) is a fresh uniform, whose -log is its
-        # Exp(1) length; a long stall's extra spread is its own normal draw.
+        # part, and for a short stall u = which / P(B = 1) is a fresh uniform on [0, 1), whose
+        # -log(1 - u) is its Exp(1) length (not -log u: torch.rand returns exactly 0 once in
+        # 2^24, about once in 2,000 decisions at n = 16, and a clamped -log 0 made a stall of
+        # 10^2-10^4 x that forecast a cut for nothing); a long stall's extra spread is its own
+        # normal draw.
         which = torch.rand(loc.shape, generator=generator)
         p_short = self.emitter.predict_short(s.p_b, parts.stall_probs).expand_as(which)
         i, w = (which < p_short + (1 - p_short) * parts.stall_probs[0]).nonzero(as_tuple=True)
         u = which[i, w] / p_short[i, w]
         long_stall = parts.shift[1] + parts.stall_var[1].sqrt() * torch.randn(
             u.shape, generator=generator)
-        short_stall = parts.shift[SHORT] - u.clamp_min(1e-30).log() / parts.stall_rate
+        short_stall = parts.shift[SHORT] - (-u).log1p() / parts.stall_rate
         v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
         v.index_put_((i, w), torch.where(u < 1, short_stall, long_stall), accumulate=True)
         return v.add_(on * self.episode_levels(parts, samples, generator))
