@@ -479,7 +479,6 @@ def test_a_short_stall_goes_on_as_often_as_kappa_says(trained):
     """One worker runs 1.6x slower for one iteration, a short stall for the filter. The forecast
     of the next iteration keeps it slow when short stalls go on (kappa = 0.9, an Alibaba trace's
     repeated values) and does not when they never do (kappa ~ 0, the simulator's stalls)."""
-    model = load_model(trained)
     x = np.exp(np.random.default_rng(5).normal(0, 0.05, (21, 8)))
     x[20, 0] *= 1.6
     ratio = {}
@@ -494,7 +493,7 @@ def test_a_short_stall_goes_on_as_often_as_kappa_says(trained):
             m.emitter.short_stay_logit.fill_(math.log(kappa / (1 - kappa)))
         pred = m.predictor(samples=4000, seed=0)
         for t in range(21):
-            pred.observe(observation(t, x[t] * model.scale_s, 8, 0.0))
+            pred.observe(observation(t, x[t] * m.scale_s, 8, 0.0))
         assert float(pred.state.p_b[0, 0]) > 0.9  # the filter reads a stall, not a new level
         median = np.median(pred.draws().numpy(), axis=0)
         ratio[kappa] = median[0] / np.median(median[1:])
