@@ -12,6 +12,8 @@ if not config:
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
+if "train" not in config:  # the schema lets a stage's own config leave it out, not the workflow's
+    raise ValueError("config: train: is required (the convergence runs; see the schema)")
 
 
 include: "workflow/rules/common.smk"

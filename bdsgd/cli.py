@@ -12,9 +12,22 @@ import sys
 from pathlib import Path
 
 from bdsgd.errors import UserError
+from bdsgd.policies import SPECS
+from bdsgd.policies.base import RULES
 
-POLICY_HELP = ("comma-separated policies: sync, static, elfving, ecdf, bandit, bdsgd, oracle, "
-               "oracle-myopic, bayes (simulated traces), async, explore-<policy>")
+
+def _policy_help() -> str:
+    """The policies the registry knows, each with what it needs."""
+    def needs(s) -> str:
+        if s.needs_model:
+            return " (needs --model)"
+        if s.needs_truth:
+            return " (simulated traces: reads the truth beside the trace)"
+        return " (a reference: knows the run-times)" if s.needs_future else ""
+
+    names = [name + needs(s) for name, s in SPECS.items()]
+    return ("comma-separated policies: " + ", ".join(names) + ", async (a reference: asynchronous "
+            "SGD), explore-<policy> (around any causal one)")
 
 
 def _config_name(cfg, name: str | None, source: str | None = None) -> str:
@@ -67,7 +80,7 @@ def cmd_traces_gather(args):
     cfg = load_config(args.config)
     name = _config_name(cfg, args.name, "gather")
     gcfg = cfg.trace(name).gather
-    gather(gcfg, data_dir=args.data_dir or cfg.train.data_dir, seed=cfg.seed, out=args.out,
+    gather(gcfg, data_dir=args.data_dir or cfg.training().data_dir, seed=cfg.seed, out=args.out,
            workers=args.workers, iterations=args.iterations)
 
 
@@ -114,9 +127,8 @@ def cmd_traces_split(args):
 def cmd_model_train(args):
     from dataclasses import replace
 
-    from bdsgd.config import load_config
+    from bdsgd.config import default_config, load_config
     from bdsgd.runtime_model.train import train_model
-    from bdsgd.throughput import default_config
     from bdsgd.traces.io import read_trace
 
     trace = read_trace(args.trace)
@@ -127,17 +139,16 @@ def cmd_model_train(args):
 
 
 def cmd_model_evaluate(args):
-    from bdsgd.config import load_config
+    from bdsgd.config import default_config, load_config
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
-    from bdsgd.runtime_model.evaluate import evaluate
-    from bdsgd.runtime_model.model import load_model
-    from bdsgd.throughput import default_config
+    from bdsgd.runtime_model.checkpoint import load_model
+    from bdsgd.throughput import evaluate_model
     from bdsgd.traces.io import read_trace
 
     cfg = load_config(args.config) if args.config else None
     rule = args.rule or (cfg or default_config()).policies.rule
-    result, predictions = evaluate(
+    result, predictions = evaluate_model(
         load_model(args.model), read_trace(args.trace), rule=rule, seed=args.seed,
         comm_s=cfg.throughput.comm_s if cfg else 0.0, policies=cfg.policies if cfg else None)
     if args.json:
@@ -149,7 +160,7 @@ def cmd_model_evaluate(args):
 
 
 def cmd_model_sample(args):
-    from bdsgd.runtime_model.model import load_model
+    from bdsgd.runtime_model.checkpoint import load_model
     from bdsgd.traces.io import write_trace
 
     trace = load_model(args.model).sample_trace(args.iterations, seed=args.seed)
@@ -261,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--predictions", metavar="OUT.parquet",
                    help="write every held-out one-step prediction of every order statistic here")
     p.add_argument("--config", help="experiment config; sets the policy parameters and comm_s")
-    p.add_argument("--rule", choices=["rate", "ratio"], default=None,
+    p.add_argument("--rule", choices=RULES, default=None,
                    help="decision rule of the bdsgd policy (default: the config's policies.rule)")
     p.add_argument("--seed", type=int, default=0, help="seed of the predictive draws")
     p.set_defaults(func=cmd_model_evaluate)
@@ -276,9 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     # throughput
     p = sub.add_parser("throughput", help="replay a trace under cutoff policies; throughput table")
     p.add_argument("trace", metavar="TRACE", help="trace to replay (Parquet, no censored values)")
-    p.add_argument("--policies", required=True, help=POLICY_HELP)
+    p.add_argument("--policies", required=True, help=_policy_help())
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
-    p.add_argument("--rule", choices=["rate", "ratio", "both"], default=None,
+    p.add_argument("--rule", choices=[*RULES, "both"], default=None,
                    help="decision rule of the predictive policies (default: the config's policies.rule); "
                         "'both' reports each policy under each rule")
     p.add_argument("--comm-s", type=float, default=None,

@@ -135,6 +135,16 @@ class WandbConfig:
 
 @dataclass(frozen=True)
 class ResourcesConfig:
+    simulate_mem_mb: int
+    simulate_runtime_min: int
+    gather_mem_mb: int
+    gather_runtime_min: int
+    model_threads: int
+    model_mem_mb: int
+    model_runtime_min: int
+    throughput_threads: int
+    throughput_mem_mb: int
+    throughput_runtime_min: int
     train_gpus: int
     train_mem_mb: int
     train_runtime_min: int
@@ -148,7 +158,7 @@ class Config:
     model: ModelConfig
     policies: PoliciesConfig
     throughput: ThroughputConfig
-    train: TrainConfig
+    train: TrainConfig | None  # None in a stage's config that reads nothing of it (see the schema)
     wandb: WandbConfig
     resources: ResourcesConfig
     source: str = ""  # the file it came from, for error messages; not part of the hash
@@ -169,6 +179,12 @@ class Config:
             raise UserError(self.source, f"traces.{name}",
                             f"no trace named {name!r}; have {sorted(self.traces)}")
         return self.traces[name]
+
+    def training(self) -> TrainConfig:
+        """The train: section, for the commands that read it (a stage's slice may leave it out)."""
+        if self.train is None:
+            raise UserError(self.source, "train", "this command needs a train: section")
+        return self.train
 
 
 def _schema() -> dict[str, Any]:
@@ -214,9 +230,10 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     for name, spec in data["traces"].items():
         if spec["source"] == "import" and not (spec.get("path") and spec.get("format")):
             raise UserError(source, f"traces.{name}", "source 'import' needs 'path' and 'format'")
-    if data["train"]["trace"] not in data["traces"]:
+    train = data.get("train")
+    if train is not None and train["trace"] not in data["traces"]:
         raise UserError(source, "train.trace",
-                        f"{data['train']['trace']!r} is not one of traces: {sorted(data['traces'])}")
+                        f"{train['trace']!r} is not one of traces: {sorted(data['traces'])}")
     traces = {
         name: TraceSpec(
             source=spec["source"],
@@ -235,7 +252,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         model=_sub(ModelConfig, data["model"]),
         policies=_sub(PoliciesConfig, data["policies"]),
         throughput=_sub(ThroughputConfig, data["throughput"]),
-        train=_sub(TrainConfig, data["train"]),
+        train=None if train is None else _sub(TrainConfig, train),
         wandb=_sub(WandbConfig, data["wandb"]),
         resources=_sub(ResourcesConfig, data["resources"]),
         source=source,
@@ -254,3 +271,9 @@ def load_config(path: str | Path) -> Config:
     if not isinstance(data, dict):
         raise UserError(str(path), "-", "config must be a mapping of keys to values")
     return from_dict(data, str(path))
+
+
+def default_config() -> Config:
+    """The schema's defaults (the schema is their one home), for commands run without --config."""
+    return from_dict({"experiment": "defaults", "traces": {"t": {"source": "simulate"}},
+                      "train": {"trace": "t", "tasks": ["digits"]}}, "<defaults>")

@@ -37,6 +37,24 @@ THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to
                       "mean_cutoff", "cutoff_std"]
 FLOAT_FORMAT = "%.10g"
 
+# The figure list, its one home: what ``render_all`` writes, name -> (file in the figure folder,
+# caption in workflow/report/, report category). The workflow's targets and report come from it.
+FIGURES = {
+    "summary": ("summary.csv", "summary.rst", "Tables"),
+    "throughput_summary": ("throughput_summary.csv", "throughput_summary.rst", "Tables"),
+    "time_to_accuracy": ("time_to_accuracy.png", "time_to_accuracy.rst", "Convergence"),
+    "cutoff_over_time": ("cutoff_over_time.png", "cutoff_over_time.rst", "Policies"),
+    "throughput": ("throughput.png", "throughput.rst", "Policies"),
+    "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
+    "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
+}
+# Per trace, in the figure folder's traces/ (``bdsgd traces plot``, bdsgd.traces.plots).
+TRACE_FIGURES = {
+    "cdf": ("{trace}_runtime_cdf.png", "trace_cdf.rst", "Traces"),
+    "heatmap": ("{trace}_heatmap.png", "trace_heatmap.rst", "Traces"),
+    "cov": ("{trace}_cov.png", "trace_cov.rst", "Traces"),
+}
+
 
 def _need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
     if not paths:
@@ -215,14 +233,15 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     sns.set_theme(style="whitegrid", context="notebook")
     summary, curves = load_runs(results_dir)
     table, decisions = load_throughput(results_dir)
+    path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
-        _write_csv(summary, out_dir / "summary.csv"),
-        _write_csv(table, out_dir / "throughput_summary.csv"),
-        time_to_accuracy(curves, summary, out_dir / "time_to_accuracy.png"),
-        cutoff_over_time(decisions, out_dir / "cutoff_over_time.png"),
-        throughput_bars(table, out_dir / "throughput.png"),
-        runtime_distributions(results_dir, out_dir / "runtime_distributions.png"),
-        model_predictions(results_dir, out_dir / "model_predictions.png"),
+        _write_csv(summary, path["summary"]),
+        _write_csv(table, path["throughput_summary"]),
+        time_to_accuracy(curves, summary, path["time_to_accuracy"]),
+        cutoff_over_time(decisions, path["cutoff_over_time"]),
+        throughput_bars(table, path["throughput"]),
+        runtime_distributions(results_dir, path["runtime_distributions"]),
+        model_predictions(results_dir, path["model_predictions"]),
     ]
     for path in written:
         print(f"wrote {path}")

@@ -41,6 +41,3 @@ def write_json(path: str | Path, data: Any) -> Path:
     text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
     return write_with(path, lambda tmp: tmp.write_text(text))
 
-
-def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())

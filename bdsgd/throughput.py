@@ -1,11 +1,10 @@
-"""Trace replay: policies pick cutoffs, the trace says how long each iteration took.
+"""The throughput stage: every policy replayed over a trace, against the hindsight optimum.
 
 At iteration t the policy picks c_t before seeing anything of it; the iteration lasts
-x_t,(c_t) + comm (the c_t-th smallest run-time plus the communication time); the policy then
-observes the accepted workers' run-times and, for the rest, only the cutoff time (censored).
-Censored values never leave this module: ``observation`` replaces them by NaN.
+x_t,(c_t) + comm; the policy then observes the accepted workers' run-times and, for the rest,
+only the cutoff time (censored). The loop is the server's (``bdsgd.server.replay``).
 
-Throughput = sum_t c_t / sum_t (x_t,(c_t) + comm), computed by ``bdsgd.policies.oracle.throughput``
+Throughput = sum_t c_t / sum_t (x_t,(c_t) + comm), computed by ``bdsgd.cutoff.throughput``
 and nowhere else. ``run_benchmark`` (``bdsgd throughput``) replays every policy and writes the
 table, relative to the exact hindsight optimum, and the per-iteration decisions.
 """
@@ -13,96 +12,19 @@ table, relative to the exact hindsight optimum, and the per-iteration decisions.
 from __future__ import annotations
 
 import dataclasses
-import time
-from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bdsgd.config import PoliciesConfig, default_config
+from bdsgd.cutoff import hindsight_optimum, throughput
 from bdsgd.errors import UserError
-from bdsgd.policies.base import Observation, Policy
-from bdsgd.policies.oracle import hindsight_optimum, throughput
+from bdsgd.policies import is_known, make_policy, spec
+from bdsgd.policies.base import RULES, Policy
+from bdsgd.server import Replay, load_needs, read_history, replay, require_complete, warm_up
 from bdsgd.traces.schema import Trace
-
-
-def observation(t: int, x: np.ndarray, c: int, comm_s: float) -> Observation:
-    """What the server sees when it stops after the c fastest of run-times x (ties: by worker)."""
-    order = np.argsort(x, kind="stable")
-    seen = np.full(x.shape, np.nan)
-    seen[order[:c]] = x[order[:c]]
-    return Observation(t=t, cutoff=c, runtimes=seen, cutoff_time=float(x[order[c - 1]]),
-                       comm_s=comm_s)
-
-
-@dataclass(frozen=True)
-class Replay:
-    cutoffs: np.ndarray  # (T,) c_t
-    durations: np.ndarray  # (T,) x_t,(c_t) + comm
-    cutoff_times: np.ndarray  # (T,) x_t,(c_t)
-    decision_ns: np.ndarray  # (T,) wall-clock time of the policy's work per iteration
-    sorted_x: np.ndarray  # (T, n) the replayed run-times, sorted per iteration
-    comm_s: float
-
-    @property
-    def gradients_per_s(self) -> float:
-        return throughput(self.sorted_x, self.cutoffs, self.comm_s)
-
-
-def require_complete(trace: Trace, source: str) -> None:
-    if not trace.complete:
-        t, w = np.argwhere(trace.censored)[0]
-        raise UserError(source, f"iteration {trace.iterations[t]}, worker {trace.workers[w]}, "
-                        "censored", "replay needs every run-time; this trace has censored values")
-
-
-def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
-    """Show ``policy`` the iterations that came before the replay, fully observed (c = n), as a
-    server that has been running (and gathering the training trace) would have seen them."""
-    n = history.n_workers
-    for t, row in enumerate(history.runtimes):
-        policy.observe(observation(t - history.n_iterations, row, n, comm_s))
-
-
-def read_history(history_path, trace: Trace, trace_path: str) -> Trace | None:
-    """The warm-up history for a run over ``trace``: complete, and of the same workers."""
-    from bdsgd.traces.io import read_trace
-
-    if history_path is None:
-        return None
-    history = read_trace(history_path)
-    require_complete(history, str(history_path))
-    if history.n_workers != trace.n_workers:
-        raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
-                        f"replayed trace {trace_path} has {trace.n_workers}")
-    return history
-
-
-def replay(trace: Trace, policy: Policy, comm_s: float = 0.0) -> Replay:
-    """Run ``policy`` over the trace, iteration by iteration, with censored feedback.
-
-    The decision time of iteration t is the wall-clock time of ``choose()`` plus that of the
-    ``observe()`` that follows it: all the work the server does for the policy per iteration,
-    whichever of the two a policy does it in.
-    """
-    require_complete(trace, trace.meta.get("source", "<trace>"))
-    T, n = trace.runtimes.shape
-    cutoffs = np.empty(T, dtype=np.int64)
-    durations, cutoff_times = np.empty(T), np.empty(T)
-    decision_ns = np.empty(T, dtype=np.int64)
-    for t in range(T):
-        start = time.perf_counter_ns()
-        c = int(policy.choose())
-        chose = time.perf_counter_ns()
-        if not 1 <= c <= n:
-            raise ValueError(f"policy {policy.name} chose c={c} outside 1..{n}")
-        obs = observation(t, trace.runtimes[t], c, comm_s)
-        cutoffs[t], durations[t], cutoff_times[t] = c, obs.duration, obs.cutoff_time
-        start_observe = time.perf_counter_ns()
-        policy.observe(obs)
-        decision_ns[t] = chose - start + time.perf_counter_ns() - start_observe
-    return Replay(cutoffs, durations, cutoff_times, decision_ns, np.sort(trace.runtimes, axis=1),
-                  comm_s)
 
 
 def asynchronous(runtimes: np.ndarray, comm_s: float = 0.0) -> dict[str, float]:
@@ -122,14 +44,6 @@ def asynchronous(runtimes: np.ndarray, comm_s: float = 0.0) -> dict[str, float]:
                  - np.searchsorted(updates, start[done], side="right"))
     return {"gradients_per_s": float(done.sum() / horizon),
             "mean_staleness": float(staleness.mean()), "max_staleness": int(staleness.max())}
-
-
-def default_config():
-    """The schema's defaults (the schema is their one home), for runs without --config."""
-    from bdsgd.config import from_dict
-
-    return from_dict({"experiment": "throughput", "traces": {"t": {"source": "simulate"}},
-                      "train": {"trace": "t", "tasks": ["digits"]}}, "<defaults>")
 
 
 def _row(run: Replay, oracle_rate: float, rule: str | None) -> dict:
@@ -159,28 +73,6 @@ def _describe(trace: Trace, path: str, comm_s: float, oracle_rate: float) -> dic
     }
 
 
-def _load_extras(names: list[str], trace: Trace, trace_path: str, model_path: str | None):
-    """The run-time model (bdsgd) and the simulator's truth (bayes), when a policy needs them."""
-    bases = {name.removeprefix("explore-") for name in names}
-    model = truth = None
-    if "bdsgd" in bases:
-        if model_path is None:
-            raise UserError("--model", "bdsgd", "policy bdsgd needs a run-time model: pass "
-                            "--model MODEL.pt (from 'bdsgd model train')")
-        from bdsgd.runtime_model.model import load_model
-
-        model = load_model(model_path)
-    if "bayes" in bases:
-        from bdsgd.traces.simulate import read_truth, truth_path
-
-        sidecar = truth_path(trace_path)
-        if not sidecar.is_file():
-            raise UserError(trace_path, "bayes", f"policy bayes needs the simulator's truth "
-                            f"{sidecar} beside the trace (only simulated traces have one)")
-        truth = read_truth(sidecar)
-    return model, truth
-
-
 def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
                   seed: int | None = None, history_path=None) -> dict:
@@ -192,8 +84,6 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     that learns from observations sees first (``warm_up``); without it they all start cold.
     """
     from bdsgd.io import write_json, write_with
-    from bdsgd.policies import is_known, is_predictive, learns_from_history, make_policy
-    from bdsgd.policies.base import RULES
     from bdsgd.provenance import stamp
     from bdsgd.traces.io import read_trace
 
@@ -211,7 +101,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     trace_path = str(trace_path)
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
-    model, truth = _load_extras(policies, trace, trace_path, model_path)
+    model, truth = load_needs([p for p in policies if p != "async"], trace_path, model_path)
     history = read_history(history_path, trace, trace_path)
     offset = int((trace.meta.get("slice") or [0])[0])
 
@@ -223,7 +113,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         if (name, r) not in runs:
             policy = make_policy(name, trace.n_workers, pcfg, rule=r, seed=seed, comm_s=comm_s,
                                  runtimes=trace.runtimes, model=model, truth=truth, offset=offset)
-            if history is not None and learns_from_history(name):
+            if history is not None and spec(name).learns:
                 warm_up(policy, history, comm_s)
             runs[name, r] = replay(trace, policy, comm_s), policy
         return runs[name, r]
@@ -246,7 +136,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
                            "note": "reference: applies every gradient, one at a time, ignoring "
                                    "staleness; its relative_to_oracle may exceed 1"}
             table[name]["relative_to_oracle"] = table[name]["gradients_per_s"] / oracle_rate
-        elif not is_predictive(name):
+        elif not spec(name).predictive:
             table[name] = row(name, None)
         elif rule == "both":
             for r in RULES:
@@ -272,14 +162,12 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
 def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], default_rule: str,
                rule: str | None) -> pa.Table:
     """Long table (policy, iteration, cutoff, duration_s, cutoff_time_s), one row per decision."""
-    from bdsgd.policies import is_predictive
-
     parts = []
     for name in table:
         if name == "async":
             continue
         base, _, r = name.partition("/")
-        r = r or (default_rule if is_predictive(base) else None)
+        r = r or (default_rule if spec(base).predictive else None)
         result, _ = runs[base, r]
         parts.append((name, result))
     T = trace.n_iterations
@@ -309,3 +197,35 @@ def format_table(result: dict) -> str:
         a = result["policies"]["async"]
         lines.append(f"async: mean staleness {a['mean_staleness']:.2f} updates; {a['note']}")
     return "\n".join(lines)
+
+
+def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0, comm_s: float = 0.0,
+                   policies: PoliciesConfig | None = None) -> tuple[dict, pd.DataFrame]:
+    """A trained run-time model on a held-out trace (``bdsgd model evaluate``): as a forecaster
+    (``runtime_model.evaluate.forecast_metrics``, filtering on full observations) and in its
+    real deployment, the ``bdsgd`` policy replaying the trace and filtering only on the censored
+    observations its own cutoffs produce, its throughput divided by the hindsight oracle's.
+    Returns the metrics (JSON-able) and the per-iteration predictions."""
+    from bdsgd.runtime_model.evaluate import forecast_metrics
+
+    result, predictions = forecast_metrics(model, trace, model.config.samples, seed)
+    policies = policies or default_config().policies
+    policy = make_policy("bdsgd", trace.n_workers, policies, rule=rule, seed=seed, comm_s=comm_s,
+                         model=model)
+    run = replay(trace, policy, comm_s)
+    sorted_x = np.sort(trace.runtimes, axis=1)
+    _, oracle_rate = hindsight_optimum(sorted_x, comm_s)
+    sync_rate = throughput(sorted_x, np.full(len(sorted_x), trace.n_workers), comm_s)
+    result.update({
+        "throughput_relative_to_oracle": run.gradients_per_s / oracle_rate,
+        "throughput_gradients_per_s": run.gradients_per_s,
+        "oracle_gradients_per_s": oracle_rate,
+        "sync_relative_to_oracle": float(sync_rate / oracle_rate),
+        "mean_cutoff": float(run.cutoffs.mean()),
+        "decision_ms_p50": float(np.median(run.decision_ns) / 1e6),
+        "rule": rule, "n_workers": trace.n_workers, "iterations": trace.n_iterations,
+        "emission": model.config.emission, "censoring": model.config.censoring,
+        "forecast_filtered_on": "full observations",
+        "policy_filtered_on": "censored observations of its own cutoffs",
+    })
+    return result, predictions

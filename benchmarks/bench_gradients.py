@@ -24,7 +24,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from bdsgd.training.tasks import _small_vgg, load_task
+from bdsgd.tasks import _small_vgg, load_task
 from bdsgd.training.virtual import sgd_step
 
 

@@ -23,11 +23,12 @@ import numpy as np
 import torch
 
 from bdsgd.config import from_dict
+from bdsgd.cutoff import observation
 from bdsgd.policies.base import decide
+from bdsgd.policies.bdsgd import ModelPredictor
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.train import elbo_term, run_epoch
-from bdsgd.throughput import observation
-from bdsgd.training.tasks import _small_vgg
+from bdsgd.tasks import _small_vgg
 
 CFG = from_dict({"experiment": "bench", "traces": {"t": {"source": "simulate"}},
                  "train": {"trace": "t", "tasks": ["digits"]}}).model
@@ -37,7 +38,7 @@ def decision_latency(n: int, iterations: int, compile: bool) -> tuple[np.ndarray
     """Seconds per decision (observe + predict + decide) over a replay of random run-times, and
     the seconds of the first decision (which compiles)."""
     torch.manual_seed(0)
-    predictor = RuntimeModel(CFG, n, node=np.arange(n) // 4).predictor(seed=0, compile=compile)
+    predictor = ModelPredictor(RuntimeModel(CFG, n, node=np.arange(n) // 4), seed=0, compile=compile)
     x = np.exp(np.random.default_rng(0).normal(0, 0.3, (iterations + 10, n)))
     c, times = n, []
     for t, row in enumerate(x):

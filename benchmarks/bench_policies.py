@@ -19,8 +19,9 @@ import argparse  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bdsgd.config import default_config  # noqa: E402
 from bdsgd.policies import make_policy  # noqa: E402
-from bdsgd.throughput import default_config, replay  # noqa: E402
+from bdsgd.server import replay  # noqa: E402
 from bdsgd.traces.schema import from_arrays  # noqa: E402
 
 LATENCY_POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "explore-ecdf", "bayes",

@@ -3,7 +3,7 @@
 A virtual cluster of 158 workers (the paper's size) with 32 samples each: every iteration is the
 policy's decision plus one forward/backward over the accepted workers' union batch (up to 5,056
 samples). The data sets are synthetic, written in the real on-disk formats into a temporary
-folder and read by the trainer's own readers (``bdsgd.training.tasks``), each a fixed random
+folder and read by the trainer's own readers (``bdsgd.tasks``), each a fixed random
 prototype image per class plus noise, so test accuracy rises:
 
 - mnist:   60,000 / 10,000 28x28 images as idx files (torchvision's MNIST reader), LeNet;
@@ -54,10 +54,10 @@ from bench_gradients import seconds  # a sibling script: benchmarks/ is sys.path
 
 from bdsgd.config import from_dict
 from bdsgd.runtime_model.train import train_model
+from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.simulate import simulate
 from bdsgd.training import virtual
-from bdsgd.training.tasks import load_task
 from bdsgd.training.virtual import WorkerStreams, _torch_settings, sgd_step, train_run
 
 

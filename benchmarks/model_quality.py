@@ -1,7 +1,7 @@
 """The run-time model as a forecaster: emission families and censoring treatments, side by side.
 
 1. Emission (issue 13): for each trace, train a ``lognormal`` and a ``gaussian`` model on the
-   first half and score the second half with ``bdsgd.runtime_model.evaluate``: held-out
+   first half and score the second half with ``bdsgd.throughput.evaluate_model``: held-out
    predictive log-likelihood per observation, coverage of the 50 % / 90 % intervals of every
    order statistic, and the throughput of the bdsgd policy relative to the oracle.
 2. Censoring bias: i.i.d. log-normal run-times (truth known), the slowest 40 % of every
@@ -24,10 +24,11 @@ import numpy as np
 import torch
 
 from bdsgd.config import from_dict
-from bdsgd.runtime_model.evaluate import evaluate
-from bdsgd.runtime_model.model import load_model
+from bdsgd.cutoff import observation
+from bdsgd.policies.bdsgd import ModelPredictor
+from bdsgd.runtime_model.checkpoint import load_model
 from bdsgd.runtime_model.train import train_model
-from bdsgd.throughput import observation
+from bdsgd.throughput import evaluate_model
 from bdsgd.traces.formats import import_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import SCENARIOS, simulate
@@ -59,7 +60,7 @@ def emissions(args, out: Path) -> None:
             cfg = dataclasses.replace(BASE.model, emission=emission, epochs=args.epochs)
             path = quiet(train_model, train, cfg, seed=args.seed, out=out / f"{name}_{emission}.pt",
                          progress=False)
-            result, _ = evaluate(load_model(path), test, rule="ratio", seed=args.seed)
+            result, _ = evaluate_model(load_model(path), test, rule="ratio", seed=args.seed)
             print(f"| {name} | {emission} | {result['heldout_loglik_per_obs']:.3f} | "
                   f"{result['coverage_50']:.3f} | {result['coverage_90']:.3f} | "
                   f"{result['throughput_relative_to_oracle']:.4f} |", flush=True)
@@ -81,7 +82,7 @@ def censoring_bias(args, out: Path) -> None:
         cfg = dataclasses.replace(BASE.model, censoring=mode, epochs=args.epochs)
         path = quiet(train_model, seen, cfg, seed=args.seed, out=out / f"censor_{mode}.pt",
                      progress=False)
-        pred = load_model(path).predictor(samples=4096, seed=args.seed)
+        pred = ModelPredictor(load_model(path), samples=4096, seed=args.seed)
         for t in range(50):
             pred.observe(observation(t, x[t], c, 0.0))
         bias = pred.expected_order_stats()[c:] / truth - 1

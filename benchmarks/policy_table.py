@@ -1,4 +1,4 @@
-"""The policy x rule x trace throughput table of issues 12 and 13, measured in one run.
+"""The throughput of every policy x rule x trace, relative to the oracle and to bayes.
 
 For each trace (the simulator's scenarios and the two real Alibaba PAI jobs) and seed: train the
 run-time model on the first half, warm every learning policy up on it (``--cold``: don't), and

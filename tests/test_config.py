@@ -72,3 +72,13 @@ def test_load_config_file_errors(tmp_path):
     bad.write_text("- a list\n")
     with pytest.raises(UserError, match="mapping"):
         C.load_config(bad)
+
+
+def test_a_stage_config_may_leave_train_out():
+    """The config file the workflow writes for a trace's stage holds only what that stage reads
+    (no train:); whatever it leaves out takes the schema's defaults."""
+    cfg = C.from_dict({"experiment": "tiny", "seed": 3, "model": {"epochs": 2},
+                       "traces": {"sim": {"source": "simulate", "simulate": {"workers": 6}}}})
+    assert cfg.train is None and cfg.to_dict()["train"] is None
+    assert cfg.seed == 3 and cfg.model.epochs == 2 and cfg.trace("sim").simulate.workers == 6
+    assert cfg.policies == C.from_dict(tiny_config()).policies

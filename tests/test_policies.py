@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bdsgd.policies import Scripted, make_policy
+from bdsgd.config import default_config
+from bdsgd.cutoff import hindsight_optimum, myopic_optimum, observation, throughput
+from bdsgd.policies import make_policy
 from bdsgd.policies.base import PredictivePolicy, decide
-from bdsgd.policies.oracle import hindsight_optimum, myopic_optimum, throughput
-from bdsgd.throughput import default_config, observation, replay, warm_up
+from bdsgd.policies.baselines import Scripted
+from bdsgd.server import replay, warm_up
 from bdsgd.traces.schema import from_arrays
 
 CFG = default_config().policies
@@ -32,10 +34,13 @@ class LastIteration:
 
 
 class FakeModel:
-    config = dataclasses.make_dataclass("C", [("samples", int)])(8)
+    """Test double of a loaded run-time model; its predictor is ``LastIteration``."""
 
-    def predictor(self, samples, seed, compile):
-        return LastIteration()
+
+@pytest.fixture(autouse=True)
+def fake_model_predictor(monkeypatch):
+    monkeypatch.setattr("bdsgd.policies.bdsgd.ModelPredictor",
+                        lambda model, seed, compile: LastIteration())
 
 
 class Regimes:

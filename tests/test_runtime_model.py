@@ -13,22 +13,19 @@ import torch
 from scipy.stats import exponnorm, norm
 
 from bdsgd.config import ModelConfig, SimulateConfig, from_dict
+from bdsgd.cutoff import Observation, observation
 from bdsgd.errors import UserError
 from bdsgd.policies import make_policy
-from bdsgd.policies.base import Observation
+from bdsgd.policies.bdsgd import ModelPredictor
 from bdsgd.runtime_model import train as train_module
-from bdsgd.runtime_model.evaluate import evaluate
-from bdsgd.runtime_model.model import (
-    Mixture,
-    Nodes,
-    RuntimeModel,
-    impute,
-    load_model,
-    node_posterior,
-    worker_update,
-)
+from bdsgd.runtime_model.checkpoint import load_model
+from bdsgd.runtime_model.filtering import impute, node_posterior, worker_update
+from bdsgd.runtime_model.gaussian import Mixture
+from bdsgd.runtime_model.model import RuntimeModel
+from bdsgd.runtime_model.sampling import episode_levels, step_variances
 from bdsgd.runtime_model.train import train_model
-from bdsgd.throughput import observation
+from bdsgd.runtime_model.transition import Nodes
+from bdsgd.throughput import evaluate_model
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import simulate
@@ -87,7 +84,7 @@ def test_shapes_for_several_n(n):
     assert model.elbo(x, torch.zeros_like(x, dtype=torch.bool)).shape == (3,)
     mix = model.predictive(model.initial_state(1), 7)
     assert mix.sample().shape == (7, n)
-    pred = model.predictor(samples=16)
+    pred = ModelPredictor(model, samples=16)
     before = pred.expected_order_stats()  # from the prior, before any observation
     pred.observe(observation(0, np.linspace(1, 2, n), n // 2, 0.0))
     e = pred.expected_order_stats()
@@ -144,7 +141,7 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch):
 def test_predictor_follows_a_load_shift(trained):
     model = load_model(trained)
     x = cluster(60, 8, seed=5, shift_at=30)
-    pred = model.predictor(seed=0)
+    pred = ModelPredictor(model, seed=0)
     for t in range(30):
         pred.observe(observation(t, x[t], 6, 0.0))  # censored, as in deployment
     before = pred.expected_order_stats()
@@ -175,7 +172,7 @@ def test_censoring_bias_likelihood_beats_imputation(tmp_path):
     for mode in ("likelihood", "impute"):
         out = train_model(trace, tiny(epochs=20, censoring=mode), seed=0,
                           out=tmp_path / f"{mode}.pt", progress=False)
-        pred = load_model(out).predictor(samples=256, seed=0)
+        pred = ModelPredictor(load_model(out), samples=256, seed=0)
         for t in range(20):
             pred.observe(observation(t, x[t], c, 0.0))
         error[mode] = np.abs(pred.expected_order_stats()[c:] - truth).mean()
@@ -191,8 +188,8 @@ def test_sample_trace_is_a_valid_trace(trained):
 
 
 def test_evaluate_reports_every_metric(trained):
-    result, predictions = evaluate(load_model(trained), from_arrays(cluster(30, 8, seed=9)),
-                                   rule="ratio")
+    result, predictions = evaluate_model(load_model(trained),
+                                         from_arrays(cluster(30, 8, seed=9)), rule="ratio")
     assert len(predictions) == 30 * 8
     assert (predictions["lo90"] <= predictions["hi90"]).all()
     mae = (predictions["predicted_mean"] - predictions["realised"]).abs().mean()
@@ -203,7 +200,7 @@ def test_evaluate_reports_every_metric(trained):
     assert 0 <= result["coverage_50"] <= result["coverage_90"] <= 1
     assert 0 < result["throughput_relative_to_oracle"] <= 1 + 1e-9
     with pytest.raises(UserError, match="workers"):
-        evaluate(load_model(trained), from_arrays(cluster(5, 4, seed=9)))
+        evaluate_model(load_model(trained), from_arrays(cluster(5, 4, seed=9)))
 
 
 def test_load_model_rejects_bad_files(tmp_path, trained):
@@ -245,7 +242,7 @@ def test_cli_train_evaluate_sample(tmp_path):
 
 
 def test_observation_with_all_but_one_censored_is_handled(trained):
-    pred = load_model(trained).predictor(samples=8)
+    pred = ModelPredictor(load_model(trained), samples=8)
     seen = np.full(8, np.nan)
     seen[3] = 1.0
     pred.observe(Observation(t=0, cutoff=1, runtimes=seen, cutoff_time=1.0))
@@ -350,15 +347,39 @@ def test_node_posterior_matches_enumeration():
     assert float(norm1) == pytest.approx(float(joint.logsumexp(0).sum()), abs=1e-4)
 
 
+def test_both_two_state_chains_predict_and_start_stationary():
+    """C's chain (on with p_on, off with p_off >= 5 %) and B's (on with pi_s, on again with
+    kappa) share one TwoStateChain: a step from each state gives its transition probability, and
+    the stationary law, where the filter starts, is the limit of the transition matrix's powers."""
+    model = RuntimeModel(tiny(), 4, node=np.array([0, 0, 1, 1]))
+    with torch.no_grad():
+        model.transition.switch_logit.copy_(torch.tensor([0.5, -1.0]))
+        model.emitter.short_logit.fill_(-1.0)
+        model.emitter.short_stay_logit.fill_(0.8)
+        parts, state = model.parts(), model.initial_state(1)
+    p_off = 0.05 + 0.95 / (1 + math.exp(1.0))
+    p_on = p_off / (1 + math.exp(-0.5))
+    pi_s, kappa = 1 / (1 + math.exp(1.0)), 1 / (1 + math.exp(-0.8))
+    chains = ((model.transition.episode_chain(parts.switch), p_on, 1 - p_off, state.p_c),
+              (model.transition.stall_chain(parts.stall_probs), pi_s, kappa, state.p_b))
+    for chain, start, stay, initial in chains:
+        assert float(chain.predict(torch.tensor(0.0))) == pytest.approx(start, rel=1e-6)
+        assert float(chain.predict(torch.tensor(1.0))) == pytest.approx(stay, rel=1e-6)
+        matrix = torch.tensor([[1 - start, start], [1 - stay, stay]], dtype=torch.float64)
+        limit = float(torch.linalg.matrix_power(matrix, 1000)[0, 1])
+        assert float(chain.stationary()) == pytest.approx(limit, rel=1e-5)
+        assert initial.numpy() == pytest.approx(np.full(initial.shape, limit), rel=1e-5)
+
+
 def test_predictor_draws_follow_the_predictive_mixture(trained):
-    """Predictor.draws (indicators, one Gaussian, a stall indexed) and Mixture.sample (all 18
+    """ModelPredictor.draws (indicators, one Gaussian, a stall indexed) and Mixture.sample (all 18
     components) draw from the same distribution: at each of Mixture.sample's quantiles, the
-    share of Predictor.draws above it agrees within Monte Carlo error (5 sd). Quantiles
+    share of ModelPredictor.draws above it agrees within Monte Carlo error (5 sd). Quantiles
     themselves are no test near 0.99, where the stalls' mass begins and the density is flat
     enough that they move by 0.05 between seeds of the same sampler."""
     model = load_model(trained)
     draws = 100_000
-    pred = model.predictor(samples=draws, seed=1)
+    pred = ModelPredictor(model, samples=draws, seed=1)
     x = cluster(10, 8, seed=3)
     for t in range(10):
         pred.observe(observation(t, x[t], 6, 0.0))
@@ -377,7 +398,7 @@ def test_a_zero_uniform_draws_no_giant_stall(trained, monkeypatch):
     short-stall uniform made one, moved E[x_(n)] by up to a second, and cut a worker for
     nothing in a quarter of the calm clusters."""
     model = load_model(trained)
-    pred = model.predictor(samples=64, seed=0)
+    pred = ModelPredictor(model, samples=64, seed=0)
     x = cluster(10, 8, seed=3)
     for t in range(10):
         pred.observe(observation(t, x[t], 8, 0.0))
@@ -401,7 +422,7 @@ def test_bayes_takes_as_many_draws_per_decision_as_bdsgd():
     for n in (8, 16, 2048):
         truth = simulate(SimulateConfig(workers=n, iterations=2), seed=0)[1]
         bayes = make_policy("bayes", n, CFG.policies, truth=truth).predictor
-        bdsgd = RuntimeModel(tiny(), n).predictor(samples=CFG.policies.bayes_samples)
+        bdsgd = ModelPredictor(RuntimeModel(tiny(), n), samples=CFG.policies.bayes_samples)
         assert bayes.samples == bdsgd.samples == max(CFG.policies.bayes_samples, 8192 // n)
         assert bayes.expected_order_stats().shape == bdsgd.expected_order_stats().shape == (n,)
 
@@ -412,7 +433,7 @@ def test_a_straggler_cut_off_stays_slow_in_the_forecast(trained):
     the trained cluster's episodes slowed workers 1.8x, and the part of the slowdown an episode
     explains may have ended while the worker was cut off (a censored run-time cannot tell)."""
     model = load_model(trained)
-    pred = model.predictor(samples=2000, seed=0)
+    pred = ModelPredictor(model, samples=2000, seed=0)
     x = np.exp(np.random.default_rng(4).normal(0, 0.05, (60, 8)))
     x[20:, 0] *= 3.0
     for t in range(60):
@@ -425,7 +446,7 @@ def test_a_change_larger_than_training_ever_had_is_followed(trained):
     """The trained cluster never had a worker 7x slower. Seen that slow for 5 iterations, the
     forecast follows it (the reset regime), rather than explaining every one away as a stall."""
     model = load_model(trained)
-    pred = model.predictor(samples=2000, seed=0)
+    pred = ModelPredictor(model, samples=2000, seed=0)
     x = np.exp(np.random.default_rng(5).normal(0, 0.05, (25, 8)))
     x[20:, 0] *= 7.0
     for t in range(25):
@@ -442,7 +463,7 @@ def test_jumps_are_shared_by_a_node(trained):
         m.load_state_dict(model.state_dict())
         with torch.no_grad():
             m.transition.jump_logit.fill_(math.log(0.2 / 0.8))
-        steps = m.step_variances(m.parts(), 20_000, torch.Generator().manual_seed(0))
+        steps = step_variances(m.nodes, m.parts(), 20_000, torch.Generator().manual_seed(0))
         jumped = steps == m.parts().step[1]
         assert float(jumped.float().mean()) == pytest.approx(0.2, abs=0.01)
         assert float((jumped[:, 0] & jumped[:, 1]).float().mean()) == pytest.approx(both, abs=0.01)
@@ -467,7 +488,7 @@ def test_a_node_slowing_down_at_once_is_a_jump_not_four_stalls(trained):
             m.emitter.stall_logit.fill_(math.log(0.03 / 0.97))
             m.emitter.stall_shift.fill_(0.0)  # delta = softplus(0) = log 2
             m.emitter.stall_log_scale.fill_(math.log(0.3))
-        pred = m.predictor(samples=4000, seed=0)
+        pred = ModelPredictor(m, samples=4000, seed=0)
         for t in range(21):
             pred.observe(observation(t, x[t], 8, 0.0))
         median = np.median(pred.draws().numpy(), axis=0)
@@ -491,7 +512,7 @@ def test_a_short_stall_goes_on_as_often_as_kappa_says(trained):
             m.emitter.short_shift.fill_(math.log(math.expm1(0.4)))  # delta_s = 0.4
             m.emitter.short_log_rate.fill_(math.log(10.0))
             m.emitter.short_stay_logit.fill_(math.log(kappa / (1 - kappa)))
-        pred = m.predictor(samples=4000, seed=0)
+        pred = ModelPredictor(m, samples=4000, seed=0)
         for t in range(21):
             pred.observe(observation(t, x[t] * m.scale_s, 8, 0.0))
         assert float(pred.state.p_b[0, 0]) > 0.9  # the filter reads a stall, not a new level
@@ -510,7 +531,7 @@ def test_compiled_filter_forecasts_as_the_eager_one(trained):
     try:
         forecasts = []
         for compile in (False, True):
-            pred = model.predictor(samples=64, seed=0, compile=compile)
+            pred = ModelPredictor(model, samples=64, seed=0, compile=compile)
             for t in range(12):
                 pred.observe(observation(t, x[t], 6, 0.0))
             forecasts.append(pred.expected_order_stats())
@@ -532,7 +553,7 @@ def test_an_episode_is_shared_by_a_node_and_ends_for_its_cut_off_workers_too(tra
         m.transition.switch_logit.copy_(torch.tensor([0.02 / 0.3, 0.25 / 0.95]).logit())
         m.transition.episode_shift.fill_(math.log(math.expm1(math.log(1.5))))
         m.transition.episode_log_var.fill_(math.log(1e-3))
-    pred = m.predictor(samples=4000, seed=0)
+    pred = ModelPredictor(m, samples=4000, seed=0)
     x = np.exp(np.random.default_rng(6).normal(0, 0.03, (24, 8))) * m.scale_s
     x[20:23, :4] *= 1.5
     for t in range(23):
@@ -560,7 +581,7 @@ def test_an_episode_slows_a_nodes_workers_by_one_size(trained):
         with torch.no_grad():
             m.transition.episode_log_var.fill_(math.log(0.04))
             parts = m.parts()
-            levels = m.episode_levels(parts, 20_000, torch.Generator().manual_seed(0)).numpy()
+            levels = episode_levels(m.nodes, parts, 20_000, torch.Generator().manual_seed(0)).numpy()
         assert levels.mean(0) == pytest.approx(float(parts.episode[0]), abs=0.01)
         assert levels.std(0) == pytest.approx(0.2, abs=0.01)
         mates = np.corrcoef(levels[:, 0], levels[:, 1])[0, 1]

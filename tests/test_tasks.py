@@ -15,9 +15,9 @@ from PIL import Image
 
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
+from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.tasks import load_task
 from bdsgd.training.virtual import train_run
 
 

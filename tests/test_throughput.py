@@ -11,10 +11,10 @@ import pytest
 from test_policies import LastIteration, Regimes  # the test doubles
 
 from bdsgd.cli import main
-from bdsgd.config import from_dict
+from bdsgd.config import default_config, from_dict
+from bdsgd.cutoff import hindsight_optimum
 from bdsgd.errors import UserError
-from bdsgd.policies.oracle import hindsight_optimum
-from bdsgd.throughput import asynchronous, default_config, run_benchmark
+from bdsgd.throughput import asynchronous, run_benchmark
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 
@@ -83,18 +83,18 @@ def test_config_sets_rule_and_comm(tmp_path):
     assert result["provenance"]["config_hash"] == cfg.hash()
 
 
-class FakeModel:
-    config = types.SimpleNamespace(samples=4)
-
-    def predictor(self, samples, seed, compile):
-        assert samples == 4
-        return LastIteration()
-
-
 def test_bdsgd_and_bayes_take_their_inputs(tmp_path, monkeypatch):
     tiny_trace(tmp_path / "t.parquet", n=4)
-    model_module = types.SimpleNamespace(load_model=lambda path: FakeModel())
-    monkeypatch.setitem(sys.modules, "bdsgd.runtime_model.model", model_module)
+    model = object()
+    checkpoint = types.SimpleNamespace(load_model=lambda path: model)
+    monkeypatch.setitem(sys.modules, "bdsgd.runtime_model.checkpoint", checkpoint)
+
+    def predictor(given, seed, compile):
+        assert given is model
+        return LastIteration()
+
+    adapter = types.SimpleNamespace(ModelPredictor=predictor)
+    monkeypatch.setitem(sys.modules, "bdsgd.policies.bdsgd", adapter)
     truth_file = tmp_path / "t.truth.npz"
     sim_module = types.SimpleNamespace(truth_path=lambda p: truth_file,
                                        read_truth=lambda p: Regimes(4))

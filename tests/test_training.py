@@ -13,15 +13,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import bdsgd.server as server
 import bdsgd.training.virtual as virtual
 from bdsgd.cli import main
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
 from bdsgd.policies import make_policy
-from bdsgd.throughput import warm_up
+from bdsgd.server import warm_up
+from bdsgd.tasks import _lenet, _mlp, _small_vgg, load_task
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.tasks import _lenet, _mlp, _small_vgg, load_task
 from bdsgd.training.virtual import WorkerStreams, time_to_target, train_run
 
 N_WORKERS, T_ROWS = 6, 12
@@ -277,3 +278,31 @@ def test_wandb_offline_logs_the_run(tmp_path, trace_path, monkeypatch):
     cfg = make_cfg("offline", max_iterations=5)
     run = train_run(cfg, "digits", "sync", 0, trace_path, tmp_path / "run")
     assert list((run / "wandb").glob("offline-run-*"))
+
+
+def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_path, monkeypatch):
+    """charge_decision_time charges all of the policy's work per iteration: the bdsgd policy
+    filters in observe (after the iteration), which a clock that timed only choose would miss.
+    The server's clock is a fake that only the filtering step moves (0.25 s a step)."""
+    from bdsgd.policies.bdsgd import ModelPredictor
+    from bdsgd.runtime_model.checkpoint import checkpoint
+    from bdsgd.runtime_model.model import RuntimeModel
+
+    model_path = tmp_path / "model.pt"
+    cfg = make_cfg(max_iterations=12, charge_decision_time=True)
+    torch.save(checkpoint(RuntimeModel(cfg.model, N_WORKERS)), model_path)
+    clock = {"ns": 0}
+    monkeypatch.setattr(server, "perf_counter_ns", lambda: clock["ns"])
+    filtering = ModelPredictor.observe
+
+    def observe(self, obs):
+        filtering(self, obs)
+        clock["ns"] += 250_000_000
+
+    monkeypatch.setattr(ModelPredictor, "observe", observe)
+    run = train_run(cfg, "digits", "bdsgd", 0, trace_path, tmp_path / "run", model_path=model_path)
+    m = metrics(run)
+    x = np.sort(read_trace(trace_path).runtimes, axis=1)
+    served = x[np.arange(12) % T_ROWS, m["cutoff"].to_numpy() - 1] + 0.05
+    np.testing.assert_allclose(m["iteration_time_s"], served + 0.25)
+    np.testing.assert_allclose(m["virtual_time_s"], np.cumsum(served + 0.25))

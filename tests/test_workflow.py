@@ -1,5 +1,5 @@
-"""The Snakemake DAG: lint-clean, builds for every shipped config, and end to end at tiny scale
-twice with byte-identical result tables."""
+"""The Snakemake DAG: lint-clean, builds for every shipped config, end to end at tiny scale
+twice with byte-identical result tables, and a change reruns only the stages that read it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bdsgd.config import from_dict, load_config
 from tests.conftest import REPO, tiny_config
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -35,31 +36,48 @@ def test_dag_builds(config):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_invalid_config_is_rejected(tmp_path):
+@pytest.mark.parametrize(("drop", "patch", "field"), [
+    (None, {"model": {"epochs": -1}}, "epochs"),
+    ("train", {}, "train"),  # the schema lets a stage's config leave it out, not the workflow's
+])
+def test_invalid_config_is_rejected(tmp_path, drop, patch, field):
+    cfg = tiny_config(**patch)
+    cfg.pop(drop, None)
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(tiny_config(model={"epochs": -1})))
+    bad.write_text(yaml.safe_dump(cfg))
     proc = snakemake("-n", "--configfile", str(bad), "--cores", "1")
     assert proc.returncode != 0
-    assert "epochs" in proc.stdout + proc.stderr
+    assert field in proc.stdout + proc.stderr
 
 
-@pytest.mark.slow
-def test_tiny_dag_end_to_end_is_byte_identical(tmp_path):
-    """Run the whole DAG twice in two directories: same tables, byte for byte."""
+def run_dag(workdir: Path, config: Path) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+                     "--configfile", str(config), "--cores", "2")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def tiny_dag(tmp_path_factory):
+    """The tiny DAG (a simulated and an imported trace), run once for this module's tests:
+    (working directory, config file, config)."""
+    root = tmp_path_factory.mktemp("dag")
     cfg = tiny_config()
     cfg["traces"]["pai"] = {"source": "import", "format": "alibaba-pai",
                             "path": str(REPO / "tests/data/alibaba_pai_job_1_norm.csv")}
-    config = tmp_path / "tiny.yaml"
+    config = root / "tiny.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    outputs = []
-    for name in ("a", "b"):
-        workdir = tmp_path / name
-        workdir.mkdir()
-        proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                         "--configfile", str(config), "--cores", "2")
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-        outputs.append(workdir)
-    a, b = outputs
+    run_dag(root / "a", config)
+    yield root / "a", config, cfg
+    shutil.rmtree(root)
+
+
+@pytest.mark.slow
+def test_tiny_dag_end_to_end_is_byte_identical(tiny_dag, tmp_path):
+    """Run the whole DAG twice in two directories: same tables, byte for byte."""
+    a, config, _ = tiny_dag
+    b = tmp_path / "b"
+    run_dag(b, config)
     figures = a / "figures/tiny"
     for png in ("time_to_accuracy", "cutoff_over_time", "throughput", "runtime_distributions",
                 "model_predictions"):
@@ -73,6 +91,99 @@ def test_tiny_dag_end_to_end_is_byte_identical(tmp_path):
                   "results/tiny/runs/digits/bdsgd/seed0/metrics.parquet",
                   "results/tiny/traces/sim/trace.parquet"):
         assert (a / table).read_bytes() == (b / table).read_bytes(), table
+    for sidecar in ("trace", "train", "test"):  # the simulator's truth, declared and written
+        assert (a / f"results/tiny/traces/sim/{sidecar}.truth.npz").is_file(), sidecar
     for logs in (a / "logs/tiny").rglob("*.log"):
         assert logs.is_file()
-    shutil.rmtree(tmp_path / "b")
+    shutil.rmtree(b)
+
+
+@pytest.mark.slow
+def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
+    """Each stage's config file gives it the values the whole config gives, and no more."""
+    a, _, cfg = tiny_dag
+    whole = from_dict(cfg)
+    stages = a / "results/tiny/config"
+    raw = {str(p.relative_to(stages).with_suffix("")): yaml.safe_load(p.read_text())
+           for p in stages.rglob("*.yaml")}
+    assert set(raw) == {"simulate_trace/sim", "train/digits", *(
+        f"{stage}/{trace}" for stage in ("train_model", "evaluate_model", "throughput")
+        for trace in ("sim", "pai"))}
+    for name, data in raw.items():
+        stage, instance = name.split("/")
+        sliced = load_config(stages / f"{name}.yaml")
+        assert sliced.experiment == whole.experiment
+        if stage != "train":  # a trace's stages see that trace only
+            assert set(data["traces"]) == {instance}
+            assert "train" not in data and "wandb" not in data, name
+        if stage in ("simulate_trace", "train_model", "throughput"):
+            assert sliced.seed == whole.seed
+        if stage == "simulate_trace":
+            assert sliced.trace(instance).simulate == whole.trace(instance).simulate
+        if stage == "train_model":
+            assert sliced.model == whole.model
+        if stage in ("evaluate_model", "throughput", "train"):
+            assert sliced.policies == whole.policies
+            assert sliced.throughput.comm_s == whole.throughput.comm_s
+    train = load_config(stages / "train/digits.yaml")
+    assert train.wandb == whole.wandb
+    # a run gets its task, policy and seed on the command line: no list of them in its config
+    assert raw["train/digits"]["train"]["tasks"] == ["digits"]
+    assert not {"policies", "seeds"} & set(raw["train/digits"]["train"])
+    assert train.train.target_accuracy == {"digits": whole.train.target_accuracy["digits"]}
+    same = {f for f in whole.train.__dataclass_fields__
+            if f not in ("tasks", "policies", "seeds", "target_accuracy")}
+    assert {f: getattr(train.train, f) for f in same} == {f: getattr(whole.train, f) for f in same}
+
+
+def pending(workdir: Path, config: Path) -> dict[str, set[str]]:
+    """What a dry run would (re)build: rule -> output files, from ``snakemake --summary``."""
+    proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+                     "--configfile", str(config), "--cores", "2", "--summary")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    header = next(i for i, row in enumerate(rows) if row[:1] == ["output_file"])
+    assert rows[header][2] == "rule" and rows[header][-1] == "plan", rows[header]
+    jobs: dict[str, set[str]] = {}
+    for row in rows[header + 1:]:
+        if len(row) == len(rows[header]) and row[-1] != "no update":
+            jobs.setdefault(row[2], set()).add(row[0])
+    return jobs
+
+
+UPSTREAM = {"simulate_trace", "import_trace", "gather_trace", "split_trace",
+            "split_simulated_trace", "describe_trace", "trace_figures", "train_model",
+            "evaluate_model", "throughput"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", ["none", "seed", "wandb.mode", "train.learning_rate"])
+def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
+    """One more seed adds its runs and redraws the figures; a new wandb.mode or train: key
+    reruns the convergence runs. Neither touches a trace, a run-time model or a throughput
+    replay (each stage reads its own config file, results/<exp>/config/<rule>/<name>.yaml)."""
+    a, _, cfg = tiny_dag
+    cfg = yaml.safe_load(yaml.safe_dump(cfg))
+    runs = "results/tiny/runs/digits"
+    if change == "seed":
+        cfg["train"]["seeds"] = [0, 1]
+    elif change == "wandb.mode":
+        cfg["wandb"] = {"mode": "offline"}
+    elif change == "train.learning_rate":
+        cfg["train"]["learning_rate"] = 0.01
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    jobs = pending(a, changed)
+    if change == "none":
+        assert jobs == {}, jobs
+        return
+    assert not UPSTREAM & set(jobs), jobs
+    assert set(jobs) <= {"resolved_config", "stage_config", "train", "figures"}, jobs
+    assert "figures" in jobs
+    outputs = ("result.json", "metrics.parquet", "model.pt")
+    if change == "seed":  # the new runs only: no existing run, no stage's config changes
+        assert "stage_config" not in jobs
+        assert jobs["train"] == {f"{runs}/{p}/seed1/{f}" for p in ("sync", "bdsgd") for f in outputs}
+    else:  # the train stage's config changed: every run reads it
+        assert jobs["stage_config"] == {"results/tiny/config/train/digits.yaml"}
+        assert jobs["train"] == {f"{runs}/{p}/seed0/{f}" for p in ("sync", "bdsgd") for f in outputs}

@@ -3,8 +3,8 @@
 Before iteration t a policy picks c_t in 1..n: the parameter server will wait for the first c_t
 gradients and discard the rest. Afterwards it sees only what a parameter server sees: the
 run-times of the c_t workers that made the cutoff, and, for the others, only that they ran
-longer than the cutoff time tau_t = x_t,(c_t) (censored). The replay harness
-(``bdsgd.throughput``) builds the ``Observation``; no policy ever receives a censored value.
+longer than the cutoff time tau_t = x_t,(c_t) (censored): ``bdsgd.cutoff.Observation``. The server
+loop (``bdsgd.server``) builds it; no policy ever receives a censored value.
 
 A predictive policy is a ``Predictor`` of next iteration's expected order statistics
 E[x_(1)] <= ... <= E[x_(n)] combined with a decision rule (``ratio`` or ``rate``), so that
@@ -13,10 +13,11 @@ predictors and rules combine freely.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from bdsgd.cutoff import Observation
 
 # Worker-draws per decision a Monte Carlo predictor affords at least, S = max(samples,
 # DRAW_BUDGET / n): a small cluster gets more draws where they are cheap. E[x_(n)] of a heavy tail
@@ -29,25 +30,6 @@ DRAW_BUDGET = 8192
 def draw_count(samples: int, n_workers: int) -> int:
     """S = max(samples, ceil(DRAW_BUDGET / n)): joint draws per decision for n workers."""
     return max(samples, -(-DRAW_BUDGET // n_workers))
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What the parameter server learnt at iteration t."""
-
-    t: int
-    cutoff: int  # c_t, the number of gradients accepted
-    runtimes: np.ndarray  # (n,) run-time of each accepted worker; NaN for the censored ones
-    cutoff_time: float  # tau_t: censored workers ran longer than this
-    comm_s: float = 0.0  # communication time charged to the iteration
-
-    @property
-    def accepted(self) -> np.ndarray:
-        return ~np.isnan(self.runtimes)
-
-    @property
-    def duration(self) -> float:
-        return self.cutoff_time + self.comm_s
 
 
 class Policy(Protocol):

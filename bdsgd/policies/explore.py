@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bdsgd.policies.base import Observation, Policy
+from bdsgd.cutoff import Observation
+from bdsgd.policies.base import Policy
 
 
 class Explore:

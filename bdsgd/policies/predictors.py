@@ -22,8 +22,9 @@ from collections import deque
 import numpy as np
 from scipy.special import erfcx
 
+from bdsgd.cutoff import Observation
 from bdsgd.policies import order_stats
-from bdsgd.policies.base import Observation, draw_count
+from bdsgd.policies.base import draw_count
 
 
 class _Window:

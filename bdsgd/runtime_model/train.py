@@ -24,7 +24,9 @@ from bdsgd.config import Config, ModelConfig
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
 from bdsgd.provenance import stamp
-from bdsgd.runtime_model.model import RuntimeModel, impute
+from bdsgd.runtime_model.checkpoint import checkpoint
+from bdsgd.runtime_model.filtering import impute
+from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.traces.schema import Trace
 
 NON_LEAF_GRAD = "The .grad attribute of a Tensor that is not a leaf Tensor"
@@ -149,7 +151,7 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
                      "epoch": epoch + 1, "losses": losses}
             write_with(ckpt_path, lambda tmp, state=state: torch.save(state, tmp))
 
-    payload = model.checkpoint(losses=losses, provenance=stamp(config, seed, trace_meta={
+    payload = checkpoint(model, losses=losses, provenance=stamp(config, seed, trace_meta={
         k: v for k, v in trace.meta.items() if isinstance(v, (str, int, float))}))
     write_with(out, lambda tmp: torch.save(payload, tmp))
     ckpt_path.unlink(missing_ok=True)

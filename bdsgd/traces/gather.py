@@ -100,7 +100,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def _worker(cfg: GatherConfig, data_dir, seed: int, out: Path, iterations: int,
             ranks: dict[str, int]) -> None:
-    from bdsgd.training.tasks import load_task
+    from bdsgd.tasks import load_task
 
     torch.set_num_threads(1)
     rank, world, local = ranks["rank"], ranks["world"], ranks["local"]
@@ -183,7 +183,7 @@ def _worker(cfg: GatherConfig, data_dir, seed: int, out: Path, iterations: int,
 def _launch(cfg: GatherConfig, data_dir, seed: int, out: Path, workers: int,
             iterations: int) -> None:
     """Start ``workers`` local processes with torchrun, each running this module as a worker."""
-    from bdsgd.training.tasks import load_task
+    from bdsgd.tasks import load_task
 
     load_task(cfg.task, data_dir)  # a missing data set is a one-line error here, not N tracebacks
     _backend(cfg.backend)

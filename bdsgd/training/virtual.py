@@ -5,7 +5,7 @@ row t mod T says how long each worker took (the trace is cycled when the run is 
 it). A cutoff policy picks c_t before the iteration; the server accepts the c_t fastest workers
 (ties by worker index), discards the others' gradients, and the virtual clock advances by
 
-    x_t,(c_t) + comm_s        (+ the policy's measured decision time if charge_decision_time).
+    x_t,(c_t) + comm_s        (+ the policy's measured choose + observe time if charge_decision_time).
 
 A discarded worker's mini-batch is lost: next iteration every worker starts a fresh one, as in
 Chen et al. (2016). The update is SGD with momentum on the average of the accepted gradients,
@@ -28,8 +28,9 @@ data and the sample stream is a pure function of (seed, iteration, worker).
 Checkpoints (every train.checkpoint_every iterations, removed when the run completes) hold the
 model, optimiser,
 torch RNG states, clock and metrics so far. Policies are not pickled: on resume the policy is
-rebuilt and its choose/observe calls are replayed over the finished iterations (deterministic,
-and checked against the recorded cutoffs), so any policy resumes without a state format.
+rebuilt and the server loop replays the finished iterations through it (``bdsgd.server.catch_up``:
+deterministic, and checked against the recorded cutoffs), so any policy resumes without a state
+format.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ from tqdm import tqdm
 from bdsgd.config import Config
 from bdsgd.errors import UserError
 from bdsgd.io import write_json, write_with
-from bdsgd.policies import learns_from_history, make_policy
+from bdsgd.policies import make_policy, spec
 from bdsgd.provenance import stamp
-from bdsgd.throughput import observation, read_history, require_complete, warm_up
+from bdsgd.server import Server, catch_up, load_needs, read_history, require_complete, warm_up
+from bdsgd.tasks import Task, load_task
 from bdsgd.traces.io import read_trace
 from bdsgd.traces.schema import Trace
-from bdsgd.training.tasks import Task, load_task
 
 COLUMNS = ("iteration", "virtual_time_s", "cutoff", "iteration_time_s", "lr", "train_loss",
            "test_accuracy", "test_loss")
@@ -160,36 +161,22 @@ def _torch_settings(threads: int, device: torch.device):
         torch.set_deterministic_debug_mode(before[1])
 
 
-def _build_policy(cfg: Config, name: str, trace: Trace, seed: int, model_path,
+def _build_policy(cfg: Config, name: str, trace: Trace, trace_path, seed: int, model_path,
                   history: Trace | None):
-    runtime_model = None
-    if name == "bdsgd" or name.startswith("explore-bdsgd"):
-        if model_path is None:
-            raise UserError("--model", "model", f"policy {name} needs a run-time model checkpoint: "
-                            "pass --model MODEL.pt (from 'bdsgd model train')")
-        from bdsgd.runtime_model.model import load_model
-
-        runtime_model = load_model(model_path)
     try:
-        policy = make_policy(name, trace.n_workers, cfg.policies, seed=seed,
-                             comm_s=cfg.throughput.comm_s, runtimes=trace.runtimes,
-                             model=runtime_model)
+        need = spec(name)
     except ValueError as exc:
         raise UserError("--policy", "policy", str(exc)) from None
-    if history is not None and learns_from_history(name):
+    if need.needs_truth:
+        raise UserError("--policy", name, "needs the simulator's truth of the replayed "
+                        "iterations, which a cycled trace does not have: compare it with "
+                        "'bdsgd throughput'")
+    model, _ = load_needs([name], str(trace_path), model_path)
+    policy = make_policy(name, trace.n_workers, cfg.policies, seed=seed,
+                         comm_s=cfg.throughput.comm_s, runtimes=trace.runtimes, model=model)
+    if history is not None and need.learns:
         warm_up(policy, history, cfg.throughput.comm_s)
     return policy
-
-
-def _replay_policy(policy, trace: Trace, cutoffs: list[int], comm_s: float) -> None:
-    """Bring a fresh policy to the state it had after the recorded iterations."""
-    T = trace.n_iterations
-    for t, recorded in enumerate(cutoffs):
-        c = int(policy.choose())
-        if c != recorded:
-            raise RuntimeError(f"policy {policy.name} chose c={c} at iteration {t + 1} on replay, "
-                               f"but {recorded} before: it is not deterministic given its seed")
-        policy.observe(observation(t, trace.runtimes[t % T], c, comm_s))
 
 
 def _wandb_run(cfg: Config, task: str, policy: str, seed: int, out_dir: Path):
@@ -207,9 +194,9 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
     """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
     out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
     ``history_path``: the trace's iterations before the replayed ones (its training part), which
-    a policy that learns from observations sees first (``bdsgd.throughput.warm_up``)."""
+    a policy that learns from observations sees first (``bdsgd.server.warm_up``)."""
     wall_start = time.perf_counter()
-    tc, comm_s = cfg.train, cfg.throughput.comm_s
+    tc, comm_s = cfg.training(), cfg.throughput.comm_s
     out_dir = Path(out_dir)
     trace = read_trace(trace_path)
     require_complete(trace, str(trace_path))
@@ -219,7 +206,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
     target = tc.target_accuracy[task]
     data = load_task(task, tc.data_dir)
     history = read_history(history_path, trace, str(trace_path))
-    pol = _build_policy(cfg, policy, trace, seed, model_path, history)
+    pol = _build_policy(cfg, policy, trace, trace_path, seed, model_path, history)
     T, n = trace.runtimes.shape
     try:
         streams = WorkerStreams(len(data.train), n, tc.batch_size, seed)
@@ -252,7 +239,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
             print(f"discarding {ckpt_path}: checkpoint of another run ({state['identity']})")
             state = None
         if state is not None:
-            _replay_policy(pol, trace, state["metrics"]["cutoff"], comm_s)
+            catch_up(pol, trace.runtimes, state["metrics"]["cutoff"], comm_s)
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
@@ -273,15 +260,14 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
         shown = next((a for a in reversed(log["test_accuracy"]) if not math.isnan(a)), math.nan)
         bar = tqdm(range(start, tc.max_iterations), initial=start, total=tc.max_iterations,
                    file=sys.stderr, desc=f"{task}/{policy}/s{seed}")
+        server = Server(pol, n)
         for t in bar:
-            tic = time.perf_counter_ns()
-            c = int(pol.choose())
-            decision_ns.append(time.perf_counter_ns() - tic)
-            if not 1 <= c <= n:
-                raise ValueError(f"policy {pol.name} chose c={c} outside 1..{n}")
-            obs = observation(t, trace.runtimes[t % T], c, comm_s)
-            pol.observe(obs)
-            duration = obs.duration + (decision_ns[-1] * 1e-9 if tc.charge_decision_time else 0.0)
+            step = server.step_trace(t, trace.runtimes[t % T], comm_s)
+            obs, c = step.obs, step.obs.cutoff
+            decision_ns.append(step.policy_ns)
+            # the policy's work (choose + observe: a model's filtering step) delays the next
+            # iteration's start on a real server; charged only on request, as it is wall-clock
+            duration = obs.duration + (step.policy_s if tc.charge_decision_time else 0.0)
             clock += duration
 
             lr = tc.learning_rate * (c / n if tc.lr_scaling == "linear" else 1.0)

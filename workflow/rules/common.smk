@@ -1,40 +1,120 @@
-# Paths and targets, built from the validated config. Every stage reads the resolved config
-# that `resolved_config` writes, so each result records exactly what produced it.
+# Paths, targets and each stage's own config, built from the validated config.
+#
+# A stage does not read the whole config: rule stage_config writes, per stage and instance,
+# results/<experiment>/config/<rule>/<name>.yaml holding only the keys that stage's command
+# reads (config_slice below). The text is the rule's params, so Snakemake rewrites a file, and
+# reruns what reads it, only when its slice changes: one more seed or trace, a new wandb.mode or
+# train.learning_rate leaves the traces, the run-time models and the throughput replays alone.
+# `bdsgd.config.load_config` fills every key a slice leaves out with the schema's default, and
+# the stage never reads those.
 from pathlib import Path
 
 import yaml
 
+from bdsgd.figures import FIGURES as FIGURE_TABLE
+from bdsgd.figures import TRACE_FIGURES
+from bdsgd.policies import spec as policy_spec
+
 EXP = config["experiment"]
 RESULTS = f"results/{EXP}"
 LOGS = f"logs/{EXP}"
-FIGURES = f"figures/{EXP}"
-CONFIG_FILE = f"{RESULTS}/config.yaml"
+FIG_DIR = f"figures/{EXP}"
+CONFIG_FILE = f"{RESULTS}/config.yaml"  # the whole resolved config, for the record only
 TRAIN = config["train"]
+RES = config["resources"]
 
 
-def traces_from(source):
-    """Names of the traces gathered from `source` (a regex alternation for wildcard_constraints)."""
-    names = [n for n, spec in config["traces"].items() if spec["source"] == source]
+# ----------------------------------------------------------------------------- traces
+def traces_from(*sources):
+    """Names of the traces of these sources (a regex alternation for wildcard_constraints)."""
+    names = [n for n, spec in config["traces"].items() if spec["source"] in sources]
     return "|".join(names) if names else "(?!)"
 
 
-def truth_input(trace):
-    simulated = config["traces"][trace]["source"] == "simulate"
-    return [f"{RESULTS}/traces/{trace}/trace.truth.npz"] if simulated else []
+def simulated(trace):
+    return config["traces"][trace]["source"] == "simulate"
+
+
+# ---------------------------------------------------------------------------- policies
+# What a policy needs comes from the policy registry (bdsgd.policies.spec) and nowhere else.
+# async is not a cutoff policy (bdsgd.throughput.asynchronous): it needs nothing.
+def policy_needs(policies, need):
+    return any(getattr(policy_spec(p), need) for p in policies if p != "async")
+
+
+def model_input(trace, policies):
+    return [f"{RESULTS}/models/{trace}/model.pt"] if policy_needs(policies, "needs_model") else []
+
+
+def truth_input(trace, policies):
+    """The simulator's truth beside the test part, for the policies that read it (bayes)."""
+    if simulated(trace) and policy_needs(policies, "needs_truth"):
+        return [f"{RESULTS}/traces/{trace}/test.truth.npz"]
+    return []
 
 
 def throughput_policies():
     return ",".join(config["throughput"]["policies"])
 
 
-def needs_model(policies):
-    return any(p == "bdsgd" or p.endswith("-bdsgd") for p in policies)
+# --------------------------------------------------------------------- stage configs
+# The rules that read a config file of their own (config_slice says what each holds).
+STAGES = ("simulate_trace", "gather_trace", "train_model", "evaluate_model", "throughput", "train")
 
 
-def model_input(trace, policies):
-    return [f"{RESULTS}/models/{trace}/model.pt"] if needs_model(policies) else []
+def stage_config(stage, name):
+    """The config file of one stage instance (rule stage_config writes it)."""
+    return f"{RESULTS}/config/{stage}/{name}.yaml"
 
 
+def trace_spec(trace):
+    """What makes a trace: its source and that source's settings (train_fraction is not here:
+    only split_trace reads it, as a param)."""
+    spec = config["traces"][trace]
+    keys = {"simulate": ["simulate"], "gather": ["gather"], "import": ["path", "format"]}
+    return {"source": spec["source"],
+            **{k: spec[k] for k in keys[spec["source"]] if k in spec}}
+
+
+def train_spec(task):
+    """What one convergence run of `task` reads of train: (not tasks, policies or seeds: a run
+    gets its task, policy and seed on the command line, so a new one reruns no other)."""
+    unread = ("tasks", "policies", "seeds", "target_accuracy")
+    targets = TRAIN["target_accuracy"]
+    return {**{k: v for k, v in TRAIN.items() if k not in unread}, "tasks": [task],
+            # no target for the task: an empty table, so the run fails as with the whole config
+            "target_accuracy": {task: targets[task]} if task in targets else {}}
+
+
+def config_slice(stage, name):
+    """The keys that stage `stage` (a rule name) reads when it runs for `name` (a trace, or a
+    task for train), that is, what the bdsgd command it calls reads:
+
+      simulate_trace, gather_trace  experiment, seed, the trace's spec
+      train_model                   ... and model:
+      evaluate_model                experiment, the trace, policies:, throughput.comm_s
+      throughput                    ... and seed (of the randomised policies)
+      train                         experiment, the trace it replays, policies:, throughput.comm_s,
+                                    train: (see train_spec), wandb:
+    """
+    if stage not in STAGES:
+        raise ValueError(f"no config file for stage {stage!r}; stages: {STAGES}")
+    trace = TRAIN["trace"] if stage == "train" else name
+    out = {"experiment": EXP, "traces": {trace: trace_spec(trace)}}
+    if stage in ("simulate_trace", "gather_trace", "train_model", "throughput"):
+        out["seed"] = config["seed"]
+    if stage == "train_model":
+        out["model"] = config["model"]
+    if stage in ("evaluate_model", "throughput", "train"):
+        out["policies"] = config["policies"]
+        out["throughput"] = {"comm_s": config["throughput"]["comm_s"]}
+    if stage == "train":
+        out["train"] = train_spec(name)
+        out["wandb"] = config["wandb"]
+    return yaml.safe_dump(out, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------ runs
 def run_dir(task, policy, seed):
     return f"{RESULTS}/runs/{task}/{policy}/seed{seed}"
 
@@ -48,14 +128,31 @@ def run_targets():
     ]
 
 
+# --------------------------------------------------------------------------- figures
+# The figure list is bdsgd.figures.FIGURES (what `bdsgd figures` draws) and TRACE_FIGURES (what
+# `bdsgd traces plot` draws per trace): name -> (file, caption in workflow/report/, category).
+def figure_outputs():
+    return {
+        name: report(f"{FIG_DIR}/{file}", caption=f"../report/{caption}", category=category)
+        for name, (file, caption, category) in FIGURE_TABLE.items()
+    }
+
+
+def trace_figure_outputs():
+    return {
+        name: report(f"{FIG_DIR}/traces/{file}", caption=f"../report/{caption}",
+                     category=category, subcategory="{trace}")
+        for name, (file, caption, category) in TRACE_FIGURES.items()
+    }
+
+
 def figure_targets():
-    names = ["time_to_accuracy.png", "cutoff_over_time.png", "throughput.png",
-             "runtime_distributions.png", "model_predictions.png", "summary.csv",
-             "throughput_summary.csv"]
-    per_trace = [f"{FIGURES}/traces/{trace}_{kind}.png" for trace in config["traces"]
-                 for kind in ("runtime_cdf", "heatmap", "cov")]
-    return [f"{FIGURES}/{name}" for name in names] + per_trace
+    tables = [f"{FIG_DIR}/{file}" for file, _, _ in FIGURE_TABLE.values()]
+    per_trace = [f"{FIG_DIR}/traces/{file.format(trace=trace)}" for trace in config["traces"]
+                 for file, _, _ in TRACE_FIGURES.values()]
+    return tables + per_trace
 
 
 def all_targets():
-    return figure_targets() + [f"{RESULTS}/models/{t}/evaluation.json" for t in config["traces"]]
+    evaluations = [f"{RESULTS}/models/{t}/evaluation.json" for t in config["traces"]]
+    return figure_targets() + evaluations + [CONFIG_FILE]

@@ -1,15 +1,20 @@
 # Stage 2: the BDSGD run-time model, trained on the first part of each trace and evaluated on
-# the rest (held-out likelihood, interval coverage, throughput as a policy).
+# the rest (held-out likelihood, interval coverage, throughput as a policy). Both run on CPU
+# (torch, model_threads threads through OMP_NUM_THREADS, which Snakemake sets to {threads}).
 
 
 rule train_model:
     input:
-        config=CONFIG_FILE,
+        config=stage_config("train_model", "{trace}"),
         trace=f"{RESULTS}/traces/{{trace}}/train.parquet",
     output:
         f"{RESULTS}/models/{{trace}}/model.pt",
     log:
         f"{LOGS}/models/{{trace}}/train.log",
+    threads: RES["model_threads"]
+    resources:
+        mem_mb=RES["model_mem_mb"],
+        runtime=RES["model_runtime_min"],
     conda:
         "../../environment.yml"
     shell:
@@ -18,7 +23,7 @@ rule train_model:
 
 rule evaluate_model:
     input:
-        config=CONFIG_FILE,
+        config=stage_config("evaluate_model", "{trace}"),
         model=f"{RESULTS}/models/{{trace}}/model.pt",
         trace=f"{RESULTS}/traces/{{trace}}/test.parquet",
     output:
@@ -26,6 +31,10 @@ rule evaluate_model:
         predictions=f"{RESULTS}/models/{{trace}}/predictions.parquet",
     log:
         f"{LOGS}/models/{{trace}}/evaluate.log",
+    threads: RES["model_threads"]
+    resources:
+        mem_mb=RES["model_mem_mb"],
+        runtime=RES["model_runtime_min"],
     conda:
         "../../environment.yml"
     shell:

@@ -4,10 +4,11 @@
 
 rule throughput:
     input:
-        config=CONFIG_FILE,
+        config=stage_config("throughput", "{trace}"),
         trace=f"{RESULTS}/traces/{{trace}}/test.parquet",
         history=f"{RESULTS}/traces/{{trace}}/train.parquet",
         model=lambda wc: model_input(wc.trace, config["throughput"]["policies"]),
+        truth=lambda wc: truth_input(wc.trace, config["throughput"]["policies"]),
     output:
         json=f"{RESULTS}/throughput/{{trace}}/throughput.json",
         decisions=f"{RESULTS}/throughput/{{trace}}/decisions.parquet",
@@ -16,9 +17,14 @@ rule throughput:
     params:
         policies=throughput_policies(),
         model=lambda wc, input: f"--model {input.model}" if input.model else "",
+    threads: RES["throughput_threads"]
+    resources:
+        mem_mb=RES["throughput_mem_mb"],
+        runtime=RES["throughput_runtime_min"],
     conda:
         "../../environment.yml"
     shell:
+        # bdsgd throughput reads the truth beside the test part itself (bdsgd.server.load_needs)
         "bdsgd throughput {input.trace} --policies {params.policies} {params.model} --rule both "
         "--history {input.history} --config {input.config} --json {output.json} "
         "--decisions {output.decisions} > {log} 2>&1"

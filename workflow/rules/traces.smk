@@ -1,8 +1,10 @@
 # Stage 1: worker run-time traces, from one of three sources, then cut in time into a part that
-# trains the run-time model and a part on which the policies are replayed.
+# trains the run-time model and a part on which the policies are replayed. Also the config files
+# of every stage (common.smk: config_slice) and the whole resolved config, for the record.
 
 
 rule resolved_config:
+    localrule: True
     output:
         CONFIG_FILE,
     log:
@@ -15,10 +17,26 @@ rule resolved_config:
         "printf '%s' {params.text:q} > {output} 2> {log}"
 
 
+rule stage_config:
+    localrule: True
+    output:
+        stage_config("{stage}", "{name}"),
+    log:
+        f"{LOGS}/config/{{stage}}/{{name}}.log",
+    wildcard_constraints:
+        stage="|".join(STAGES),
+        name="[^/]+",
+    params:
+        text=lambda wc: config_slice(wc.stage, wc.name),
+    conda:
+        "../../environment.yml"
+    shell:
+        "printf '%s' {params.text:q} > {output} 2> {log}"
+
 
 rule simulate_trace:
     input:
-        CONFIG_FILE,
+        stage_config("simulate_trace", "{trace}"),
     output:
         trace=f"{RESULTS}/traces/{{trace}}/trace.parquet",
         truth=f"{RESULTS}/traces/{{trace}}/trace.truth.npz",
@@ -26,6 +44,10 @@ rule simulate_trace:
         f"{LOGS}/traces/{{trace}}/simulate.log",
     wildcard_constraints:
         trace=traces_from("simulate"),
+    threads: 1
+    resources:
+        mem_mb=RES["simulate_mem_mb"],
+        runtime=RES["simulate_runtime_min"],
     conda:
         "../../environment.yml"
     shell:
@@ -51,30 +73,36 @@ rule import_trace:
 
 rule gather_trace:
     input:
-        CONFIG_FILE,
+        stage_config("gather_trace", "{trace}"),
     output:
         f"{RESULTS}/traces/{{trace}}/trace.parquet",
     log:
         f"{LOGS}/traces/{{trace}}/gather.log",
     wildcard_constraints:
         trace=traces_from("gather"),
+    params:
+        data_dir=TRAIN["data_dir"],
     threads: lambda wc: config["traces"][wc.trace]["gather"]["workers"]
+    resources:
+        mem_mb=RES["gather_mem_mb"],
+        runtime=RES["gather_runtime_min"],
     conda:
         "../../environment.yml"
     shell:
-        "bdsgd traces gather --config {input} --name {wildcards.trace} --out {output} > {log} 2>&1"
+        "bdsgd traces gather --config {input} --name {wildcards.trace} --data-dir {params.data_dir:q} "
+        "--out {output} > {log} 2>&1"
 
 
 rule split_trace:
     input:
         trace=f"{RESULTS}/traces/{{trace}}/trace.parquet",
-        # A simulated trace's latent state; split writes a copy beside each part (bayes reads it).
-        truth=lambda wc: truth_input(wc.trace),
     output:
         train=f"{RESULTS}/traces/{{trace}}/train.parquet",
         test=f"{RESULTS}/traces/{{trace}}/test.parquet",
     log:
         f"{LOGS}/traces/{{trace}}/split.log",
+    wildcard_constraints:
+        trace=traces_from("import", "gather"),
     params:
         fraction=lambda wc: config["traces"][wc.trace]["train_fraction"],
     conda:
@@ -82,6 +110,21 @@ rule split_trace:
     shell:
         "bdsgd traces split {input.trace} --train-fraction {params.fraction} "
         "--train {output.train} --test {output.test} > {log} 2>&1"
+
+
+# A simulated trace's latent state goes with it: split writes a copy beside each part (the
+# throughput stage's bayes reads the test part's).
+use rule split_trace as split_simulated_trace with:
+    input:
+        trace=f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        truth=f"{RESULTS}/traces/{{trace}}/trace.truth.npz",
+    output:
+        train=f"{RESULTS}/traces/{{trace}}/train.parquet",
+        test=f"{RESULTS}/traces/{{trace}}/test.parquet",
+        train_truth=f"{RESULTS}/traces/{{trace}}/train.truth.npz",
+        test_truth=f"{RESULTS}/traces/{{trace}}/test.truth.npz",
+    wildcard_constraints:
+        trace=traces_from("simulate"),
 
 
 rule describe_trace:

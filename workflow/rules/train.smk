@@ -1,11 +1,13 @@
 # Stage 4: convergence runs on the virtual cluster (task x policy x seed), whose clock is driven
 # by the test part of the trace named in train.trace; policies that learn from observations
-# first see its training part (--history), as the server that gathered it would have.
+# first see its training part (--history), as the server that gathered it would have. A run
+# reads its task's config (not the list of tasks, policies or seeds): one more seed or policy
+# adds runs and reruns none.
 
 
 rule train:
     input:
-        config=CONFIG_FILE,
+        config=stage_config("train", "{task}"),
         trace=f"{RESULTS}/traces/{TRAIN['trace']}/test.parquet",
         history=f"{RESULTS}/traces/{TRAIN['trace']}/train.parquet",
         model=lambda wc: model_input(TRAIN["trace"], [wc.policy]),
@@ -18,10 +20,12 @@ rule train:
     params:
         model=lambda wc, input: f"--model {input.model}" if input.model else "",
         out=lambda wc: run_dir(wc.task, wc.policy, wc.seed),
+    # the run sets torch's threads to train.threads
+    threads: TRAIN["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
-        mem_mb=config["resources"]["train_mem_mb"],
-        runtime=config["resources"]["train_runtime_min"],
+        gpu=0 if TRAIN["device"] == "cpu" else RES["train_gpus"],
+        mem_mb=RES["train_mem_mb"],
+        runtime=RES["train_runtime_min"],
     conda:
         "../../environment.yml"
     shell:

@@ -1,4 +1,11 @@
-"""The hindsight optima: what a policy that knew every run-time in advance would do.
+"""Cutoff arithmetic: what a server sees when it stops after c workers, the throughput of a
+sequence of cutoffs, and the hindsight optima (what a policy that knew every run-time in advance
+would do). Traces, policies and every trainer share these; this module imports nothing of bdsgd.
+
+An iteration with cutoff c_t lasts x_t,(c_t) + comm (the c_t-th smallest run-time plus the
+communication time). The server sees the accepted workers' run-times and, for the rest, only
+that they ran longer than tau_t = x_t,(c_t) (censored): ``observation`` builds that view, and
+no policy ever receives a censored value.
 
 Throughput of a cutoff sequence (c_t) on run-times x: R(c) = sum_t c_t / sum_t (x_t,(c_t) + comm).
 
@@ -13,7 +20,37 @@ what the paper's ratio rule would do with a perfect model. It is a reference, no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the parameter server learnt at iteration t."""
+
+    t: int
+    cutoff: int  # c_t, the number of gradients accepted
+    runtimes: np.ndarray  # (n,) run-time of each accepted worker; NaN for the censored ones
+    cutoff_time: float  # tau_t: censored workers ran longer than this
+    comm_s: float = 0.0  # communication time charged to the iteration
+
+    @property
+    def accepted(self) -> np.ndarray:
+        return ~np.isnan(self.runtimes)
+
+    @property
+    def duration(self) -> float:
+        return self.cutoff_time + self.comm_s
+
+
+def observation(t: int, x: np.ndarray, c: int, comm_s: float) -> Observation:
+    """What the server sees when it stops after the c fastest of run-times x (ties: by worker)."""
+    order = np.argsort(x, kind="stable")
+    seen = np.full(x.shape, np.nan)
+    seen[order[:c]] = x[order[:c]]
+    return Observation(t=t, cutoff=c, runtimes=seen, cutoff_time=float(x[order[c - 1]]),
+                       comm_s=comm_s)
 
 
 def throughput(sorted_x: np.ndarray, cutoffs: np.ndarray, comm_s: float = 0.0) -> float:
