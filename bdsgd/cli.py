@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from bdsgd.errors import UserError
-from bdsgd.policies import SPECS
-from bdsgd.policies.base import RULES
+from bdsgd.policies import RULES, SPECS
 
 
 def _policy_help() -> str:
@@ -193,7 +192,7 @@ def cmd_train(args):
 
 # --------------------------------------------------------------------------------- figures
 def cmd_figures(args):
-    from bdsgd.figures import render_all
+    from bdsgd.figures.render import render_all
 
     render_all(Path(args.results_dir), Path(args.out))
 

@@ -3,7 +3,7 @@
 The schema (``config.schema.yaml`` beside this file; the Snakefile validates against the same
 file through ``workflow/schemas/config.schema.yaml``) is the single home of every default. Loading
 fills the defaults in, checks every field, and builds frozen dataclasses, so code downstream reads
-``cfg.train.learning_rate`` instead of dictionary look-ups.
+``cfg.policies.min_gain`` instead of dictionary look-ups.
 """
 
 from __future__ import annotations
@@ -183,7 +183,8 @@ class Config:
     def training(self) -> TrainConfig:
         """The train: section, for the commands that read it (a stage's slice may leave it out)."""
         if self.train is None:
-            raise UserError(self.source, "train", "this command needs a train: section")
+            raise UserError(self.source, "train", "this command needs a train: section (traces "
+                            "gather: or pass --data-dir)")
         return self.train
 
 

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from bdsgd.config import PoliciesConfig, default_config
 from bdsgd.cutoff import hindsight_optimum, throughput
 from bdsgd.errors import UserError
-from bdsgd.policies import is_known, make_policy, spec
-from bdsgd.policies.base import RULES, Policy
+from bdsgd.policies import RULES, is_known, make_policy, spec
+from bdsgd.policies.base import Policy
 from bdsgd.server import Replay, load_needs, read_history, replay, require_complete, warm_up
 from bdsgd.traces.schema import Trace
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bdsgd.config import SimulateConfig
-from bdsgd.figures import _time_unit
+from bdsgd.figures.render import _time_unit
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.plots import PAI_COV_QUANTILES, draw_trace_figures
 from bdsgd.traces.schema import from_arrays

@@ -10,15 +10,15 @@ nothing else whether a policy needs a model, the truth or a warm-up history.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-from bdsgd.config import PoliciesConfig
-from bdsgd.cutoff import hindsight_optimum, myopic_optimum
-from bdsgd.policies.base import PredictivePolicy
-from bdsgd.policies.baselines import Scripted, Static, Sync
-from bdsgd.policies.explore import Explore
-from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, TruthPredictor
+    from bdsgd.config import PoliciesConfig
+
+
+RULES = ("rate", "ratio")  # the decision rules of a predictive policy (policies.base.decide)
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,16 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     is the future, for the oracles only (replayed cyclically); ``model`` a loaded run-time model
     (bdsgd); ``truth`` the simulator's latent state (bayes), whose iteration ``offset`` is the
     first one replayed."""
+    # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
+    # and every workflow parse read the registry only.
+    import numpy as np
+
+    from bdsgd.cutoff import hindsight_optimum, myopic_optimum
+    from bdsgd.policies.base import PredictivePolicy
+    from bdsgd.policies.baselines import Scripted, Static, Sync
+    from bdsgd.policies.explore import Explore
+    from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, TruthPredictor
+
     need = spec(name)
     rule = cfg.rule if rule is None else rule
     if need.needs_model and model is None:
@@ -104,5 +114,5 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     else:  # bayes
         predictor = TruthPredictor(truth, offset, cfg.bayes_samples, seed)
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
-    min_gain = 0.0 if name == "bayes" else cfg.min_gain
+    min_gain = cfg.min_gain if need.learns else 0.0
     return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain)

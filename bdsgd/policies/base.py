@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from bdsgd.cutoff import Observation
+from bdsgd.policies import RULES
 
 # Worker-draws per decision a Monte Carlo predictor affords at least, S = max(samples,
 # DRAW_BUDGET / n): a small cluster gets more draws where they are cheap. E[x_(n)] of a heavy tail
@@ -83,8 +84,6 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 
         raise ValueError(f"unknown decision rule {rule!r}")
     return int(np.argmax(score)) + 1
 
-
-RULES = ("rate", "ratio")
 
 
 class PredictivePolicy:

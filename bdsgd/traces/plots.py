@@ -24,6 +24,7 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from bdsgd.io import write_with  # noqa: E402
+from bdsgd.traces import TRACE_FIGURES  # noqa: E402
 from bdsgd.traces.describe import iteration_cov  # noqa: E402
 from bdsgd.traces.schema import Trace  # noqa: E402
 
@@ -156,9 +157,9 @@ def draw_trace_figures(trace: Trace, name: str, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     # Seaborn's look through matplotlib's copy of its style: importing seaborn itself costs
     # seconds (scipy.stats) and adds nothing these figures use.
+    def path(figure: str) -> Path:
+        return out_dir / TRACE_FIGURES[figure][0].format(trace=name)
+
     with plt.style.context(["seaborn-v0_8-whitegrid", "seaborn-v0_8-notebook"]):
-        return [
-            _runtime_cdf(trace, name, out_dir / f"{name}_runtime_cdf.png"),
-            _heatmap(trace, name, out_dir / f"{name}_heatmap.png"),
-            _cov(trace, name, out_dir / f"{name}_cov.png"),
-        ]
+        return [_runtime_cdf(trace, name, path("cdf")), _heatmap(trace, name, path("heatmap")),
+                _cov(trace, name, path("cov"))]

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from bdsgd.config import GatherConfig
 from bdsgd.figures import FIGURES as FIGURE_TABLE
-from bdsgd.figures import TRACE_FIGURES
+from bdsgd.traces import TRACE_FIGURES
 from bdsgd.policies import spec as policy_spec
 
 EXP = config["experiment"]
@@ -29,6 +30,11 @@ def traces_from(*sources):
     """Names of the traces of these sources (a regex alternation for wildcard_constraints)."""
     names = [n for n, spec in config["traces"].items() if spec["source"] in sources]
     return "|".join(names) if names else "(?!)"
+
+
+def gather_workers(trace):
+    """A gathered trace's worker processes (its gather: block may be left out: the defaults)."""
+    return GatherConfig(**config["traces"][trace].get("gather", {})).workers
 
 
 def simulated(trace):
@@ -129,8 +135,9 @@ def run_targets():
 
 
 # --------------------------------------------------------------------------- figures
-# The figure list is bdsgd.figures.FIGURES (what `bdsgd figures` draws) and TRACE_FIGURES (what
-# `bdsgd traces plot` draws per trace): name -> (file, caption in workflow/report/, category).
+# The figure list is bdsgd.figures.FIGURES (what `bdsgd figures` draws) and
+# bdsgd.traces.TRACE_FIGURES (what `bdsgd traces plot` draws per trace): name -> (file, caption
+# in workflow/report/, category).
 def figure_outputs():
     return {
         name: report(f"{FIG_DIR}/{file}", caption=f"../report/{caption}", category=category)

@@ -82,7 +82,7 @@ rule gather_trace:
         trace=traces_from("gather"),
     params:
         data_dir=TRAIN["data_dir"],
-    threads: lambda wc: config["traces"][wc.trace]["gather"]["workers"]
+    threads: lambda wc: gather_workers(wc.trace)
     resources:
         mem_mb=RES["gather_mem_mb"],
         runtime=RES["gather_runtime_min"],

@@ -1,4 +1,4 @@
-"""Every figure and summary table, drawn from stored results only.
+"""Every figure and summary table, drawn from stored results only (the list: ``bdsgd.figures``).
 
 ``render_all(results_dir, out_dir)`` reads what the DAG wrote under ``results/<experiment>/``::
 
@@ -27,6 +27,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from bdsgd.errors import UserError  # noqa: E402
+from bdsgd.figures import FIGURES  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
 from bdsgd.traces.io import META_KEY  # noqa: E402
 
@@ -36,25 +37,6 @@ SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy
 THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
                       "mean_cutoff", "cutoff_std"]
 FLOAT_FORMAT = "%.10g"
-
-# The figure list, its one home: what ``render_all`` writes, name -> (file in the figure folder,
-# caption in workflow/report/, report category). The workflow's targets and report come from it.
-FIGURES = {
-    "summary": ("summary.csv", "summary.rst", "Tables"),
-    "throughput_summary": ("throughput_summary.csv", "throughput_summary.rst", "Tables"),
-    "time_to_accuracy": ("time_to_accuracy.png", "time_to_accuracy.rst", "Convergence"),
-    "cutoff_over_time": ("cutoff_over_time.png", "cutoff_over_time.rst", "Policies"),
-    "throughput": ("throughput.png", "throughput.rst", "Policies"),
-    "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
-    "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
-}
-# Per trace, in the figure folder's traces/ (``bdsgd traces plot``, bdsgd.traces.plots).
-TRACE_FIGURES = {
-    "cdf": ("{trace}_runtime_cdf.png", "trace_cdf.rst", "Traces"),
-    "heatmap": ("{trace}_heatmap.png", "trace_heatmap.rst", "Traces"),
-    "cov": ("{trace}_cov.png", "trace_cov.rst", "Traces"),
-}
-
 
 def _need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
     if not paths:
