@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from bdsgd.errors import UserError
+from bdsgd.errors import Stopped, UserError
 from bdsgd.policies import RULES, SPECS
 
 
@@ -333,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"bdsgd: error: {exc}", file=sys.stderr)
         return 2
+    except Stopped as exc:
+        print(f"bdsgd: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     return 0
 
 

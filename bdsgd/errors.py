@@ -13,3 +13,17 @@ class UserError(Exception):
     def __init__(self, file: str, field: str, message: str):
         self.file, self.field, self.message = str(file), str(field), message
         super().__init__(f"{self.file}: {self.field}: {message}")
+
+
+class Stopped(Exception):
+    """A long job stopped by a signal (SIGTERM: SLURM's preemption notice, Snakemake's cancel;
+    SIGINT: Ctrl-C) at an iteration boundary, after writing its checkpoint.
+
+    The CLI prints one line and exits with 128 + the signal's number, as a process killed by it
+    would; the same command resumes from ``checkpoint``.
+    """
+
+    def __init__(self, signum: int, checkpoint: str, iteration: int):
+        self.signum, self.checkpoint, self.iteration = signum, str(checkpoint), iteration
+        super().__init__(f"stopped by signal {signum} after iteration {iteration}; "
+                         f"{self.checkpoint} holds the run: the same command resumes it")

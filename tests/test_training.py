@@ -193,13 +193,13 @@ def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatc
     assert (other / "metrics.parquet").read_bytes() == (fresh / "metrics.parquet").read_bytes()
 
 
-@pytest.mark.parametrize("scaling, chunk", [("linear", 5), ("none", 128)])
+@pytest.mark.parametrize("scaling, chunk", [("linear", 5), ("sqrt", 7), ("none", 128)])
 def test_update_uses_union_of_fastest_workers_and_scaled_learning_rate(tmp_path, trace_path,
                                                                          scaling, chunk):
     cfg = make_cfg(max_iterations=1, momentum=0.0, lr_scaling=scaling, chunk_samples=chunk)
     run = train_run(cfg, "digits", "static", 0, trace_path, tmp_path / "run")
     c = N_WORKERS - 2
-    lr = 0.1 * (c / N_WORKERS if scaling == "linear" else 1.0)
+    lr = 0.1 * {"linear": c / N_WORKERS, "sqrt": (c / N_WORKERS) ** 0.5, "none": 1.0}[scaling]
     assert metrics(run)["lr"].tolist() == [pytest.approx(lr)]
 
     # By hand: the c fastest workers of trace row 0, their mini-batches, one SGD step.
@@ -306,3 +306,48 @@ def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_pat
     served = x[np.arange(12) % T_ROWS, m["cutoff"].to_numpy() - 1] + 0.05
     np.testing.assert_allclose(m["iteration_time_s"], served + 0.25)
     np.testing.assert_allclose(m["virtual_time_s"], np.cumsum(served + 0.25))
+
+
+def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(tmp_path, trace_path):
+    """SLURM's preemption notice, sent for real: the run stops at an iteration boundary with a
+    checkpoint and exit status 143; rerun, it resumes there (not from zero) and ends with the
+    metrics of a run never stopped."""
+    import os
+    import signal
+    import time
+
+    import yaml
+    from conftest import REPO, run_cli
+
+    from bdsgd.config import load_config
+
+    train = {"trace": "t", "tasks": ["digits"], "max_iterations": 1500, "eval_every": 500,
+             "batch_size": 8, "learning_rate": 0.1, "checkpoint_every": 50}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"experiment": "test", "traces": {"t": {"source": "simulate"}},
+                                      "throughput": {"comm_s": 0.05}, "train": train}))
+    run = tmp_path / "run"
+    args = ["train", "--config", config, "--task", "digits", "--policy", "static", "--seed", "0",
+            "--trace", trace_path, "--out", run]
+    proc = subprocess.Popen([sys.executable, "-m", "bdsgd", *map(str, args)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONWARNINGS="error::DeprecationWarning:bdsgd"))
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoint.pt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by signal 15" in err and "resumes" in err
+    assert not (run / "metrics.parquet").exists()  # nothing half-written
+    stopped_at = torch.load(run / "checkpoint.pt", weights_only=True)["iteration"]
+    assert 50 <= stopped_at < 1500
+
+    resumed = run_cli(*args)
+    assert f"at iteration {stopped_at}" in resumed.stdout
+    whole = train_run(load_config(config), "digits", "static", 0, trace_path, tmp_path / "whole")
+    assert (run / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()

@@ -10,7 +10,8 @@ it). A cutoff policy picks c_t before the iteration; the server accepts the c_t 
 A discarded worker's mini-batch is lost: next iteration every worker starts a fresh one, as in
 Chen et al. (2016). The update is SGD with momentum on the average of the accepted gradients,
 with learning rate lr * c_t / n under linear scaling (the gradient is an average over c_t * B
-samples, so its noise shrinks as c_t grows; Goyal et al. 2017).
+samples, so its noise shrinks as c_t grows; Goyal et al. 2017), lr * sqrt(c_t / n) under
+square-root scaling (the step's noise stays the same), or lr under none.
 
 One backward pass per iteration: with equal per-worker batches of B samples,
 
@@ -26,8 +27,9 @@ dealt out round-robin to the n workers (as torch's DistributedSampler), so worke
 data and the sample stream is a pure function of (seed, iteration, worker).
 
 Checkpoints (every train.checkpoint_every iterations, removed when the run completes) hold the
-model, optimiser,
-torch RNG states, clock and metrics so far. Policies are not pickled: on resume the policy is
+model, optimiser, torch RNG states, clock and metrics so far. SIGTERM (what SLURM sends before
+preempting a job) or SIGINT ends the run at the end of the iteration with a checkpoint, and
+the same command resumes it. Policies are not pickled: on resume the policy is
 rebuilt and the server loop replays the finished iterations through it (``bdsgd.server.catch_up``:
 deterministic, and checked against the recorded cutoffs), so any policy resumes without a state
 format.
@@ -39,7 +41,9 @@ import contextlib
 import hashlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +55,7 @@ from torch import nn
 from tqdm import tqdm
 
 from bdsgd.config import Config
-from bdsgd.errors import UserError
+from bdsgd.errors import Stopped, UserError
 from bdsgd.io import write_json, write_with
 from bdsgd.policies import make_policy, spec
 from bdsgd.provenance import stamp
@@ -63,6 +67,8 @@ from bdsgd.traces.schema import Trace
 COLUMNS = ("iteration", "virtual_time_s", "cutoff", "iteration_time_s", "lr", "train_loss",
            "test_accuracy", "test_loss")
 EVAL_BATCH = 256
+# train.lr_scaling: the learning rate's factor given the accepted fraction c / n
+LR_SCALING = {"linear": lambda f: f, "sqrt": math.sqrt, "none": lambda f: 1.0}
 
 
 class WorkerStreams:
@@ -161,6 +167,24 @@ def _torch_settings(threads: int, device: torch.device):
         torch.set_deterministic_debug_mode(before[1])
 
 
+@contextlib.contextmanager
+def _stop_requests(signums=(signal.SIGTERM, signal.SIGINT)):
+    """Record SIGTERM (SLURM's preemption notice, Snakemake's cancel) and SIGINT instead of dying
+    mid-step: the loop checkpoints at the end of the iteration and stops (``Stopped``). Yields the
+    signals received; the process's handlers come back after. Only the main thread may set
+    handlers: elsewhere nothing is recorded and the signals keep their effect."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _build_policy(cfg: Config, name: str, trace: Trace, trace_path, seed: int, model_path,
                   history: Trace | None):
     try:
@@ -225,7 +249,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
                 "history_sha256": None if history is None else hashlib.sha256(
                     history.runtimes.tobytes()).hexdigest()}
     ckpt_path = out_dir / "checkpoint.pt"
-    with _torch_settings(tc.threads, device):
+    with _torch_settings(tc.threads, device), _stop_requests() as stop:
         torch.manual_seed(seed)
         model = data.make_model().to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=tc.learning_rate, momentum=tc.momentum)
@@ -270,7 +294,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
             duration = obs.duration + (step.policy_s if tc.charge_decision_time else 0.0)
             clock += duration
 
-            lr = tc.learning_rate * (c / n if tc.lr_scaling == "linear" else 1.0)
+            lr = tc.learning_rate * LR_SCALING[tc.lr_scaling](c / n)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = data.batch(data.train, streams.batch(t, np.flatnonzero(obs.accepted)))
@@ -288,9 +312,14 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
                 log[col].append(row[col])
             if run is not None:
                 run.log({k: v for k, v in row.items() if not math.isnan(v)}, step=done)
-            if done % tc.checkpoint_every == 0 or done == tc.max_iterations:
+            if done % tc.checkpoint_every == 0 or done == tc.max_iterations or stop:
                 save_checkpoint(done)
             bar.set_postfix(acc=f"{shown:.3f}", vtime=f"{clock:.1f}s", c=c, refresh=False)
+            if stop and done < tc.max_iterations:
+                bar.close()
+                if run is not None:
+                    run.finish(exit_code=128 + stop[0])
+                raise Stopped(stop[0], ckpt_path, done)
         bar.close()
         if run is not None:
             run.finish()
