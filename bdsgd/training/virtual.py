@@ -37,6 +37,7 @@ format.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import math
@@ -112,14 +113,21 @@ def sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor
     Gradients of chunks of at most ``chunk`` samples accumulate to the gradient of the mean.
     """
     optimizer.zero_grad(set_to_none=True)
+    total = backward(model, x, y, chunk, device)
+    optimizer.step()
+    return total.item()
+
+
+def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,
+             device: torch.device) -> torch.Tensor:
+    """Accumulate the gradient of the mean loss over (x, y) into .grad, in chunks; the loss."""
     total = torch.zeros((), device=device)
     for xs, ys in zip(x.split(chunk), y.split(chunk), strict=True):
         xs, ys = xs.to(device, non_blocking=True), ys.to(device, non_blocking=True)
         loss = F.cross_entropy(model(xs), ys, reduction="sum") / len(y)
         loss.backward()
         total += loss.detach()
-    optimizer.step()
-    return total.item()
+    return total
 
 
 @torch.no_grad()
@@ -213,42 +221,108 @@ def _wandb_run(cfg: Config, task: str, policy: str, seed: int, out_dir: Path):
                       group=cfg.experiment, name=f"{task}-{policy}-s{seed}", dir=str(out_dir))
 
 
+# What every training mode reads before its loop (``prepare``).
+Run = collections.namedtuple("Run", "tc trace history data streams device target identity ckpt_path")
+
+
+def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
+            history_path) -> Run:
+    """Read and check the trace, history, task and target; the run's checkpoint identity."""
+    tc = cfg.training()
+    trace = read_trace(trace_path)
+    require_complete(trace, str(trace_path))
+    if task not in tc.target_accuracy:
+        raise UserError(cfg.source, f"train.target_accuracy.{task}",
+                        f"no target accuracy for task {task!r}: time-to-accuracy needs one")
+    data = load_task(task, tc.data_dir)
+    history = read_history(history_path, trace, str(trace_path))
+    try:
+        streams = WorkerStreams(len(data.train), trace.n_workers, tc.batch_size, seed)
+    except ValueError as exc:
+        raise UserError(cfg.source, "train.batch_size", f"{exc} of {task}") from None
+    identity = {"config_hash": cfg.hash(), "task": task, "policy": policy, "seed": seed,
+                "trace_sha256": hashlib.sha256(trace.runtimes.tobytes()).hexdigest(),
+                "history_sha256": None if history is None else hashlib.sha256(
+                    history.runtimes.tobytes()).hexdigest()}
+    return Run(tc, trace, history, data, streams, _device(tc.device), tc.target_accuracy[task],
+               identity, Path(out_dir) / "checkpoint.pt")
+
+
+def load_checkpoint(run: Run) -> dict | None:
+    """The interrupted run's state, or None (none, or one of another run: start afresh)."""
+    path = run.ckpt_path
+    state = torch.load(path, map_location="cpu", weights_only=True) if path.exists() else None
+    if state is not None and state["identity"] != run.identity:
+        # An interrupted run of another config, task, policy, seed or trace (Snakemake reruns
+        # a job whose config changed): its state is no use here, start afresh.
+        print(f"discarding {path}: checkpoint of another run ({state['identity']})")
+        state = None
+    return state
+
+
+def write_outputs(cfg: Config, run: Run, log: dict, model: nn.Module, trace_path, history_path,
+                  out_dir: Path, wallclock: dict, extra: dict | None = None) -> dict:
+    """metrics.parquet, model.pt and result.json (``extra``: more summary keys); removes the
+    checkpoint. ``wallclock``: this process's timings, after the common note."""
+    task, policy, seed = (run.identity[k] for k in ("task", "policy", "seed"))
+    T, n = run.trace.runtimes.shape
+    metrics = pd.DataFrame(log, columns=list(COLUMNS)).astype(
+        {"iteration": "int64", "cutoff": "int64"})
+    write_with(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
+    write_with(out_dir / "model.pt", lambda tmp: torch.save(model.state_dict(), tmp))
+    cutoffs, times = metrics["cutoff"].to_numpy(), metrics["iteration_time_s"].to_numpy()
+    summary = {
+        "task": task, "policy": policy, "seed": seed, "target_accuracy": run.target,
+        "time_to_target_s": time_to_target(metrics, run.target),
+        "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
+        "final_test_loss": _finite(metrics["test_loss"].iloc[-1]),  # None once training diverged
+        "gradients_per_s": float(cutoffs.sum() / times.sum()),
+        "mean_cutoff": float(cutoffs.mean()), "iterations": int(len(metrics)),
+        "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
+        "n_workers": n, "trace_iterations": T, "trace_cycles": run.tc.max_iterations / T,
+        **(extra or {}),
+    }
+    write_json(out_dir / "result.json", {
+        **stamp(cfg, seed, task=task, policy=policy, trace=str(trace_path),
+                trace_meta=run.trace.meta),
+        "history": None if run.history is None else {"path": str(history_path),
+                                                     "n_iterations": run.history.n_iterations},
+        "summary": summary, "wallclock": {
+            "note": "wall-clock of this process; varies run to run, not part of compared tables",
+            **wallclock}})
+    run.ckpt_path.unlink()  # the run is complete: its outputs replace the checkpoint
+    tta = summary["time_to_target_s"]
+    print(f"{task}/{policy}/s{seed}: final accuracy {summary['final_accuracy']:.4f}, "
+          f"time to {run.target} {'never' if tta is None else f'{tta:.1f} s'}, "
+          f"{summary['gradients_per_s']:.2f} gradients/s, mean cutoff {summary['mean_cutoff']:.2f} "
+          f"-> {out_dir}")
+    return summary
+
+
 def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
               model_path=None, history_path=None) -> Path:
     """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
     out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
     ``history_path``: the trace's iterations before the replayed ones (its training part), which
     a policy that learns from observations sees first (``bdsgd.server.warm_up``)."""
+    if policy == "async":  # not a cutoff policy: its own event-driven trainer
+        from bdsgd.training.asynchronous import train_async
+
+        return train_async(cfg, task, seed, trace_path, out_dir, history_path)
     wall_start = time.perf_counter()
-    tc, comm_s = cfg.training(), cfg.throughput.comm_s
-    out_dir = Path(out_dir)
-    trace = read_trace(trace_path)
-    require_complete(trace, str(trace_path))
-    if task not in tc.target_accuracy:
-        raise UserError(cfg.source, f"train.target_accuracy.{task}",
-                        f"no target accuracy for task {task!r}: time-to-accuracy needs one")
-    target = tc.target_accuracy[task]
-    data = load_task(task, tc.data_dir)
-    history = read_history(history_path, trace, str(trace_path))
-    pol = _build_policy(cfg, policy, trace, trace_path, seed, model_path, history)
+    comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
+    r = prepare(cfg, task, policy, seed, trace_path, out_dir, history_path)
+    tc, trace, data, streams, device = r.tc, r.trace, r.data, r.streams, r.device
+    pol = _build_policy(cfg, policy, trace, trace_path, seed, model_path, r.history)
     T, n = trace.runtimes.shape
-    try:
-        streams = WorkerStreams(len(data.train), n, tc.batch_size, seed)
-    except ValueError as exc:
-        raise UserError(cfg.source, "train.batch_size", f"{exc} of {task}") from None
-    device = _device(tc.device)
     cycles = tc.max_iterations / T
     print(f"train {task} / {policy} / seed {seed}: n={n} workers, T={T} trace iterations "
           f"({cycles:.2f} cycles over {tc.max_iterations} iterations), batch {tc.batch_size} "
           f"per worker ({streams.per_epoch} per epoch), lr {tc.learning_rate} at c=n "
-          f"({tc.lr_scaling} scaling), comm {comm_s} s, target accuracy {target}, "
+          f"({tc.lr_scaling} scaling), comm {comm_s} s, target accuracy {r.target}, "
           f"device {device}")
 
-    identity = {"config_hash": cfg.hash(), "task": task, "policy": policy, "seed": seed,
-                "trace_sha256": hashlib.sha256(trace.runtimes.tobytes()).hexdigest(),
-                "history_sha256": None if history is None else hashlib.sha256(
-                    history.runtimes.tobytes()).hexdigest()}
-    ckpt_path = out_dir / "checkpoint.pt"
+    ckpt_path = r.ckpt_path
     with _torch_settings(tc.threads, device), _stop_requests() as stop:
         torch.manual_seed(seed)
         model = data.make_model().to(device)
@@ -256,12 +330,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
         log: dict[str, list] = {col: [] for col in COLUMNS}
         decision_ns: list[int] = []
         clock, start = 0.0, 0
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=True) if ckpt_path.exists() else None
-        if state is not None and state["identity"] != identity:
-            # An interrupted run of another config, task, policy, seed or trace (Snakemake reruns
-            # a job whose config changed): its state is no use here, start afresh.
-            print(f"discarding {ckpt_path}: checkpoint of another run ({state['identity']})")
-            state = None
+        state = load_checkpoint(r)
         if state is not None:
             catch_up(pol, trace.runtimes, state["metrics"]["cutoff"], comm_s)
             model.load_state_dict(state["model"])
@@ -274,7 +343,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
             print(f"resumed from {ckpt_path} at iteration {start}")
 
         def save_checkpoint(done: int) -> None:
-            state = {"identity": identity, "iteration": done, "clock": clock, "metrics": log,
+            state = {"identity": r.identity, "iteration": done, "clock": clock, "metrics": log,
                      "decision_ns": decision_ns, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                      "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else []}
@@ -324,35 +393,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
         if run is not None:
             run.finish()
 
-    metrics = pd.DataFrame(log, columns=list(COLUMNS)).astype(
-        {"iteration": "int64", "cutoff": "int64"})
-    write_with(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
-    write_with(out_dir / "model.pt", lambda tmp: torch.save(model.state_dict(), tmp))
-    cutoffs, times = metrics["cutoff"].to_numpy(), metrics["iteration_time_s"].to_numpy()
-    summary = {
-        "task": task, "policy": policy, "seed": seed, "target_accuracy": target,
-        "time_to_target_s": time_to_target(metrics, target),
-        "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
-        "final_test_loss": _finite(metrics["test_loss"].iloc[-1]),  # None once training diverged
-        "gradients_per_s": float(cutoffs.sum() / times.sum()),
-        "mean_cutoff": float(cutoffs.mean()), "iterations": int(len(metrics)),
-        "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
-        "n_workers": n, "trace_iterations": T, "trace_cycles": cycles,
-    }
-    wallclock = {
-        "note": "wall-clock of this process; varies run to run, not part of compared tables",
+    write_outputs(cfg, r, log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start,
-        "decision_latency_p50_s": float(np.median(decision_ns)) * 1e-9,
-    }
-    write_json(out_dir / "result.json", {
-        **stamp(cfg, seed, task=task, policy=policy, trace=str(trace_path), trace_meta=trace.meta),
-        "history": None if history is None else {"path": str(history_path),
-                                                 "n_iterations": history.n_iterations},
-        "summary": summary, "wallclock": wallclock})
-    ckpt_path.unlink()  # the run is complete: its outputs replace the checkpoint
-    tta = summary["time_to_target_s"]
-    print(f"{task}/{policy}/s{seed}: final accuracy {summary['final_accuracy']:.4f}, "
-          f"time to {target} {'never' if tta is None else f'{tta:.1f} s'}, "
-          f"{summary['gradients_per_s']:.2f} gradients/s, mean cutoff {summary['mean_cutoff']:.2f} "
-          f"-> {out_dir}")
+        "decision_latency_p50_s": float(np.median(decision_ns)) * 1e-9})
     return out_dir
