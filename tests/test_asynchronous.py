@@ -10,7 +10,14 @@ import pytest
 import torch
 import yaml
 from conftest import run_cli
-from test_training import N_WORKERS, T_ROWS, make_cfg, metrics
+from test_training import (
+    N_WORKERS,
+    T_ROWS,
+    crash_at_call,
+    interrupted_then_resumed,
+    make_cfg,
+    metrics,
+)
 
 import bdsgd.training.asynchronous as asynchronous
 from bdsgd.traces.io import write_trace
@@ -120,26 +127,14 @@ def test_resumed_async_run_equals_uninterrupted_run(tmp_path, trace_path, monkey
     cfg = make_cfg(max_iterations=12, checkpoint_every=5)
     whole = train_run(cfg, "digits", "async", 0, trace_path, tmp_path / "whole")
 
-    gradient, calls = asynchronous.worker_gradient, []
-
-    def crashing(*args):
-        calls.append(1)
-        if len(calls) == 7 * N_WORKERS:  # in round 7, after the checkpoint of round 5
-            raise KeyboardInterrupt
-        return gradient(*args)
-
-    monkeypatch.setattr(asynchronous, "worker_gradient", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        train_run(cfg, "digits", "async", 0, trace_path, tmp_path / "resumed")
-    assert (tmp_path / "resumed" / "checkpoint.pt").exists()
-    assert not (tmp_path / "resumed" / "metrics.parquet").exists()
-    monkeypatch.undo()
-
-    resumed = train_run(cfg, "digits", "async", 0, trace_path, tmp_path / "resumed")
+    # in round 7, after the checkpoint of round 5
+    crash_at_call(monkeypatch, asynchronous, "worker_gradient", 7 * N_WORKERS)
+    resumed = interrupted_then_resumed(
+        monkeypatch, lambda out: train_run(cfg, "digits", "async", 0, trace_path, out),
+        tmp_path / "resumed")
     assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
     assert json.loads((resumed / "result.json").read_text())["wallclock"][
         "resumed_from_iteration"] == 5
-    assert not (resumed / "checkpoint.pt").exists()
     a = torch.load(whole / "model.pt", weights_only=True)
     b = torch.load(resumed / "model.pt", weights_only=True)
     for name in a:

@@ -118,17 +118,35 @@ def test_same_inputs_give_byte_identical_metrics(tmp_path, trace_path):
     assert not metrics(a)["train_loss"].equals(metrics(c)["train_loss"])  # the seed matters
 
 
-def crash_at_iteration(monkeypatch, k: int) -> None:
-    """Make the k-th SGD step raise, as a killed job would stop."""
-    step, calls = virtual.sgd_step, []
+def crash_at_call(monkeypatch, module, name: str, k: int) -> None:
+    """Make the k-th call of ``module.name`` raise, as a killed job would stop."""
+    function, calls = getattr(module, name), []
 
     def crashing(*args):
         calls.append(1)
         if len(calls) == k:
             raise KeyboardInterrupt
-        return step(*args)
+        return function(*args)
 
-    monkeypatch.setattr(virtual, "sgd_step", crashing)
+    monkeypatch.setattr(module, name, crashing)
+
+
+def crash_at_iteration(monkeypatch, k: int) -> None:
+    """Make the k-th SGD step of the cutoff mode raise."""
+    crash_at_call(monkeypatch, virtual, "sgd_step", k)
+
+
+def interrupted_then_resumed(monkeypatch, run, out: Path) -> Path:
+    """``run(out)`` with the crash the caller installed: it dies leaving a checkpoint and no
+    metrics; run again without the crash, it completes: the resumed run's folder."""
+    with pytest.raises(KeyboardInterrupt):
+        run(out)
+    assert (out / "checkpoint.pt").exists()
+    assert not (out / "metrics.parquet").exists()
+    monkeypatch.undo()
+    resumed = run(out)
+    assert not (resumed / "checkpoint.pt").exists()  # a complete run leaves no checkpoint
+    return resumed
 
 
 def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
@@ -137,19 +155,13 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch)
     whole = train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "whole")
 
     crash_at_iteration(monkeypatch, 18)
-    with pytest.raises(KeyboardInterrupt):
-        train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "resumed")
-    assert (tmp_path / "resumed" / "checkpoint.pt").exists()
-    assert not (tmp_path / "resumed" / "metrics.parquet").exists()
-    monkeypatch.undo()
-
-    resumed = train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "resumed")
+    resumed = interrupted_then_resumed(
+        monkeypatch, lambda out: train_run(cfg, "digits", "oracle", 0, trace_path, out),
+        tmp_path / "resumed")
     assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
     wallclock = json.loads((resumed / "result.json").read_text())["wallclock"]
     assert wallclock["resumed_from_iteration"] == 15
     assert metrics(whole)["cutoff"].nunique() > 1  # the replayed policy did vary its cutoff
-
-    assert not (resumed / "checkpoint.pt").exists()  # a complete run leaves no checkpoint
 
 
 def test_history_warms_up_learning_policies_and_resumes(tmp_path, trace_path, monkeypatch):
