@@ -307,8 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="experiment config (YAML)")
     p.add_argument("--task", required=True, choices=["digits", "mnist", "cifar10", "imagenet"],
                    help="data set and network")
-    p.add_argument("--policy", required=True, help="cutoff policy (see 'bdsgd throughput --help'), or async: "
-                        "asynchronous SGD, each gradient applied on arrival")
+    p.add_argument("--policy", required=True,
+                   help="cutoff policy (see 'bdsgd throughput --help'), or a training mode: async "
+                        "(each gradient applied on arrival) or cyclic (workers push their "
+                        "accumulated gradients in turn, skipped while they have none)")
     p.add_argument("--seed", type=int, required=True, help="seed of data order, init and policy")
     p.add_argument("--trace", required=True, help="trace whose run-times drive the virtual clock")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")

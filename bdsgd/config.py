@@ -116,6 +116,8 @@ class TrainConfig:
     learning_rate: float
     momentum: float
     lr_scaling: str
+    staleness_lr: str
+    objective: str
     max_iterations: int
     eval_every: int
     chunk_samples: int

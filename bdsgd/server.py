@@ -122,9 +122,11 @@ def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
         policy.observe(observation(t - history.n_iterations, row, n, comm_s))
 
 
-def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], comm_s: float) -> None:
+def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], comm_s: float,
+             after: Callable[[int], None] | None = None) -> None:
     """Replay recorded iterations through a fresh policy (trace rows cycled), checking that it
-    chooses the recorded cutoffs again."""
+    chooses the recorded cutoffs again; ``after(t)`` shows it what else iteration t told it
+    (the trainer's gradient statistics)."""
     T, n = runtimes.shape
     server = Server(policy, n)
     for t, recorded in enumerate(cutoffs):
@@ -132,6 +134,8 @@ def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], comm_
         if c != recorded:
             raise RuntimeError(f"policy {policy.name} chose c={c} at iteration {t + 1} on replay, "
                                f"but {recorded} before: it is not deterministic given its seed")
+        if after is not None:
+            after(t)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,8 @@ from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.simulate import simulate
 from bdsgd.training import virtual
-from bdsgd.training.virtual import WorkerStreams, _torch_settings, sgd_step, train_run
+from bdsgd.training.common import WorkerStreams, torch_settings
+from bdsgd.training.virtual import sgd_step, train_run
 
 
 def learnable_images(rng, prototypes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,10 +147,10 @@ def iteration_parts(args, task, device: torch.device) -> dict[str, float]:
     parts = {"gather": timed(partial(task.batch, task.train, indices), torch.device("cpu")),
              "copy": timed(partial(x.to, device), device)}
     step = partial(sgd_step, model, optimizer, x_dev, y_dev, args.chunk, device)
-    with _torch_settings(args.threads, device), warnings.catch_warnings():
+    with torch_settings(args.threads, device), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # counted in the runs
         parts["step"] = timed(step, device)
-    with _torch_settings(args.threads, device):
+    with torch_settings(args.threads, device):
         torch.set_deterministic_debug_mode("default")
         parts["step, not deterministic"] = timed(step, device)
     images, _ = task.train.tensors

@@ -23,7 +23,8 @@ import bdsgd.training.asynchronous as asynchronous
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training.asynchronous import schedule
-from bdsgd.training.virtual import COLUMNS, train_run
+from bdsgd.training.common import COLUMNS
+from bdsgd.training.virtual import train_run
 
 STALENESS = ("mean_staleness", "max_staleness", "staleness_p50", "staleness_p90")
 

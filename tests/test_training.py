@@ -23,16 +23,18 @@ from bdsgd.server import warm_up
 from bdsgd.tasks import _lenet, _mlp, _small_vgg, load_task
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.virtual import WorkerStreams, time_to_target, train_run
+from bdsgd.training.common import WorkerStreams, time_to_target
+from bdsgd.training.virtual import train_run
 
 N_WORKERS, T_ROWS = 6, 12
 
 
-def make_cfg(wandb_mode="disabled", **train):
+def make_cfg(wandb_mode="disabled", static_backups=2, **train):
     base = {"trace": "t", "tasks": ["digits"], "max_iterations": 30, "eval_every": 5,
             "batch_size": 8, "learning_rate": 0.1, "checkpoint_every": 10}
     return from_dict({"experiment": "test", "traces": {"t": {"source": "simulate"}},
-                      "policies": {"static_backups": 2}, "throughput": {"comm_s": 0.05},
+                      "policies": {"static_backups": static_backups},
+                      "throughput": {"comm_s": 0.05},
                       "train": {**base, **train}, "wandb": {"mode": wandb_mode}})
 
 
@@ -356,7 +358,7 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(t
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "stopped by signal 15" in err and "resumes" in err
     assert not (run / "metrics.parquet").exists()  # nothing half-written
-    stopped_at = torch.load(run / "checkpoint.pt", weights_only=True)["iteration"]
+    stopped_at = len(torch.load(run / "checkpoint.pt", weights_only=True)["metrics"]["iteration"])
     assert 50 <= stopped_at < 1500
 
     resumed = run_cli(*args)

@@ -2,16 +2,54 @@
 
 The figure list, its one home: what ``render.render_all`` (``bdsgd figures``) writes, name ->
 (file in the figure folder, caption in workflow/report/, report category). The workflow's
-targets and report entries come from it, and from ``bdsgd.traces.TRACE_FIGURES``. Plain data,
-so that reading it (every workflow parse) imports no plotting library.
+targets and report entries come from it, and from ``bdsgd.traces.TRACE_FIGURES``. Every figure
+is listed by its PNG and written as a PDF beside it (``figure_files``). Plain data, so that
+reading it (every workflow parse) imports no plotting library.
 """
 
 FIGURES = {
     "summary": ("summary.csv", "summary.rst", "Tables"),
     "throughput_summary": ("throughput_summary.csv", "throughput_summary.rst", "Tables"),
     "time_to_accuracy": ("time_to_accuracy.png", "time_to_accuracy.rst", "Convergence"),
+    "loss_curves": ("loss_curves.png", "loss_curves.rst", "Convergence"),
+    "training_cutoff": ("training_cutoff.png", "training_cutoff.rst", "Convergence"),
     "cutoff_over_time": ("cutoff_over_time.png", "cutoff_over_time.rst", "Policies"),
     "throughput": ("throughput.png", "throughput.rst", "Policies"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
 }
+
+# Every figure is written in each of these formats; FIGURES lists the first (the report shows it).
+FIGURE_FORMATS = ("png", "pdf")
+
+
+def figure_files(file: str) -> list[str]:
+    """Every file written for one FIGURES entry: a table itself, a figure in each format."""
+    stem, _, ext = file.rpartition(".")
+    if ext != FIGURE_FORMATS[0]:
+        return [file]
+    return [f"{stem}.{fmt}" for fmt in FIGURE_FORMATS]
+
+
+# One fixed colour per policy (and per training mode that is no cutoff policy), the same in
+# every figure. explore-<p> is drawn in p's colour with a dashed line (hatched bar); a name not
+# listed here gets one of FALLBACK_COLOURS, picked from its letters (render.policy_style).
+POLICY_COLOURS = {
+    "sync": "#7f7f7f",  # grey: the baseline everything is compared with
+    "static": "#8c564b",
+    "elfving": "#bcbd22",
+    "ecdf": "#17becf",
+    "bandit": "#9467bd",
+    "bdsgd": "#d62728",  # red: the method of the paper
+    "bayes": "#e377c2",
+    "oracle": "#000000",  # black: the hindsight references
+    "oracle-myopic": "#2ca02c",
+    "async": "#1f77b4",
+    "cyclic": "#ff7f0e",
+}
+FALLBACK_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+EXPLORE_PREFIX = "explore-"
+
+# Training modes that are not cutoff policies (bdsgd.training): no cutoff to draw, and their
+# metrics rows are rounds of about n applied gradients rather than iterations.
+NON_CUTOFF_MODES = ("async", "cyclic")

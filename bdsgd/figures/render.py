@@ -7,9 +7,13 @@
     throughput/<trace>/throughput.json, decisions.parquet
     runs/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
 
-and writes PNGs plus ``summary.csv`` (one row per convergence run) and ``throughput_summary.csv``
-(one row per trace x policy x rule). The tables hold no wall-clock numbers, so two runs of the
-same commit and config give byte-identical tables.
+and writes every figure as PNG and PDF plus ``summary.csv`` (one row per convergence run) and
+``throughput_summary.csv`` (one row per trace x policy x rule). The tables hold no wall-clock
+numbers, so two runs of the same commit and config give byte-identical tables; the PDFs carry no
+creation date, so they too repeat byte for byte on the same library versions.
+
+Each policy has one fixed colour in every figure (``policy_style``, from
+``bdsgd.figures.POLICY_COLOURS``). Curves over seeds are the median with a min-max band.
 """
 
 from __future__ import annotations
@@ -27,16 +31,33 @@ import pyarrow.parquet as pq  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from bdsgd.errors import UserError  # noqa: E402
-from bdsgd.figures import FIGURES  # noqa: E402
+from bdsgd.figures import (  # noqa: E402
+    EXPLORE_PREFIX,
+    FALLBACK_COLOURS,
+    FIGURE_FORMATS,
+    FIGURES,
+    NON_CUTOFF_MODES,
+    POLICY_COLOURS,
+)
 from bdsgd.io import write_with  # noqa: E402
 from bdsgd.traces.io import META_KEY  # noqa: E402
 
+# A public contract: columns may be appended, never removed or reordered.
 SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy",
                    "gradients_per_s", "mean_cutoff", "iterations", "virtual_time_s",
-                   "target_accuracy"]
+                   "target_accuracy", "final_test_loss", "mean_staleness", "n_workers"]
 THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
                       "mean_cutoff", "cutoff_std"]
+# Metrics columns that older runs do not have: read as NaN (unavailable) there.
+OPTIONAL_METRICS = ("gradients", "staleness")
 FLOAT_FORMAT = "%.10g"
+BAND_POINTS = 200  # grid points a curve over seeds is interpolated onto
+BOOTSTRAP_DRAWS = 2000
+BOOTSTRAP_SEED = 0  # fixed, so the same results draw the same intervals
+INTERVAL = 95  # percent, the time-to-target interval
+# No creation date in the PDF: the same figure gives the same bytes.
+SAVE_OPTIONS = {"png": {"dpi": 130}, "pdf": {"metadata": {"CreationDate": None}}}
+
 
 def _need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
     if not paths:
@@ -44,31 +65,63 @@ def _need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
     return sorted(paths)
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path) -> list[Path]:
+    """Write the figure as ``path`` (its PNG) and beside it in every other FIGURE_FORMATS."""
     fig.tight_layout()
-    write_with(path, lambda tmp: fig.savefig(tmp, dpi=130, format=path.suffix.lstrip(".")))
+    paths = [path.with_suffix(f".{fmt}") for fmt in FIGURE_FORMATS]
+    for out in paths:
+        fmt = out.suffix.lstrip(".")
+        write_with(out, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, **SAVE_OPTIONS[fmt]))
     plt.close(fig)
-    return path
+    return paths
 
 
-def _write_csv(df: pd.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: df.to_csv(tmp, index=False, float_format=FLOAT_FORMAT,
-                                                  lineterminator="\n"))
+def _write_csv(df: pd.DataFrame, path: Path) -> list[Path]:
+    return [write_with(path, lambda tmp: df.to_csv(tmp, index=False, float_format=FLOAT_FORMAT,
+                                                   lineterminator="\n"))]
+
+
+# ----------------------------------------------------------------------------- style
+def policy_colour(policy: str) -> str:
+    """The policy's fixed colour: explore-<p> has p's; a name not in POLICY_COLOURS gets one of
+    FALLBACK_COLOURS picked from its letters (the same name, the same colour, every run)."""
+    base = policy.removeprefix(EXPLORE_PREFIX)
+    if base in POLICY_COLOURS:
+        return POLICY_COLOURS[base]
+    return FALLBACK_COLOURS[sum(map(ord, base)) % len(FALLBACK_COLOURS)]
+
+
+def policy_style(policy: str) -> dict:
+    """Line keywords of a policy: its colour, and a dashed line for explore-<p>."""
+    return {"color": policy_colour(policy),
+            "ls": "--" if policy.startswith(EXPLORE_PREFIX) else "-"}
+
+
+def _bar_style(policy: str, alpha: float = 1.0) -> dict:
+    """Bar keywords of a policy: its colour, hatched for explore-<p>."""
+    return {"color": policy_colour(policy), "alpha": alpha, "edgecolor": "white",
+            "hatch": "//" if policy.startswith(EXPLORE_PREFIX) else None}
+
+
+def _window(rows: int) -> int:
+    return max(1, rows // 25)  # 4% of a curve's rows: a short smoke run is not flattened
 
 
 # ----------------------------------------------------------------------------- loading
 def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(summary: one row per run, metrics: every evaluated iteration of every run)."""
-    rows, curves = [], []
+    """(summary: one row per run, metrics: every row of every run, with task, policy, seed)."""
+    rows, metrics = [], []
     for result in _need(list(results_dir.glob("runs/*/*/seed*/result.json")), results_dir, "runs"):
         summary = json.loads(result.read_text())["summary"]
         rows.append({k: summary.get(k) for k in SUMMARY_COLUMNS})
-        metrics = pd.read_parquet(result.with_name("metrics.parquet"))
-        metrics = metrics[metrics["test_accuracy"].notna()]
-        curves.append(metrics.assign(task=summary["task"], policy=summary["policy"],
-                                     seed=summary["seed"]))
+        run = pd.read_parquet(result.with_name("metrics.parquet"))
+        for column in OPTIONAL_METRICS:
+            if column not in run:
+                run[column] = np.nan
+        metrics.append(run.assign(task=summary["task"], policy=summary["policy"],
+                                  seed=summary["seed"]))
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS).sort_values(["task", "policy", "seed"])
-    return summary.reset_index(drop=True), pd.concat(curves, ignore_index=True)
+    return summary.reset_index(drop=True), pd.concat(metrics, ignore_index=True)
 
 
 def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -91,81 +144,190 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
 
 
+# ----------------------------------------------------------------------------- statistics
+def median_interval(values) -> tuple[float, float, float]:
+    """(median, low, high) of a few values, one per seed. From three values on, the interval is
+    the INTERVAL% bootstrap percentile interval of the median (fixed seed); below three a
+    bootstrap says nothing, so it is the min to the max. NaNs when there are no values."""
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        return np.nan, np.nan, np.nan
+    if len(x) < 3:
+        return float(np.median(x)), float(x.min()), float(x.max())
+    draws = np.random.default_rng(BOOTSTRAP_SEED).choice(x, size=(BOOTSTRAP_DRAWS, len(x)))
+    tail = (100 - INTERVAL) / 2
+    low, high = np.percentile(np.median(draws, axis=1), [tail, 100 - tail])
+    return float(np.median(x)), float(low), float(high)
+
+
+def time_to_target_stats(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per task and policy: seeds run, seeds that reached the target, and the median time to
+    target with its interval (``median_interval``) over the seeds that reached it."""
+    rows = []
+    for (task, policy), runs in summary.groupby(["task", "policy"]):
+        reached = runs["time_to_target_s"].dropna().astype(float)
+        median, low, high = median_interval(reached.to_numpy())
+        rows.append({"task": task, "policy": policy, "seeds": len(runs), "reached": len(reached),
+                     "median": median, "low": low, "high": high})
+    return pd.DataFrame(rows, columns=["task", "policy", "seeds", "reached", "median", "low", "high"])
+
+
+def _over_seeds(runs: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each seed's y interpolated onto one grid of x, over the range every seed covers:
+    (grid, array seeds x grid)."""
+    seeds = [g.sort_values(x) for _, g in runs.groupby("seed")]
+    start = max(g[x].iloc[0] for g in seeds)
+    grid = np.linspace(start, max(start, min(g[x].iloc[-1] for g in seeds)), BAND_POINTS)
+    return grid, np.array([np.interp(grid, g[x], g[y]) for g in seeds])
+
+
+def _band(ax, runs: pd.DataFrame, x: str, y: str, policy: str) -> None:
+    """The median over seeds of y against x, and a min-max band, in the policy's style."""
+    grid, values = _over_seeds(runs, x, y)
+    style = policy_style(policy)
+    ax.plot(grid, np.median(values, axis=0), label=policy, lw=1.4, **style)
+    ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=style["color"],
+                    alpha=0.15, lw=0)
+
+
+def _smoothed(runs: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Each seed's rows in order, with ``column`` replaced by its rolling mean (``_window``)."""
+    out = []
+    for _, g in runs.groupby("seed"):
+        g = g.sort_values("iteration")
+        out.append(g.assign(**{column: g[column].rolling(_window(len(g)), min_periods=1).mean()}))
+    return pd.concat(out)
+
+
+def _tasks(metrics: pd.DataFrame, width: float, height: float, columns: int = 1, **kw):
+    """One row of panels per task: (tasks, axes array tasks x columns, figure)."""
+    tasks = sorted(metrics["task"].unique())
+    fig, axes = plt.subplots(len(tasks), columns, figsize=(width, height * len(tasks)),
+                             squeeze=False, **kw)
+    return tasks, axes, fig
+
+
 # ----------------------------------------------------------------------------- figures
-def time_to_accuracy(curves: pd.DataFrame, summary: pd.DataFrame, path: Path) -> Path:
-    """Accuracy against virtual time (mean over seeds, min-max band), and time to target."""
-    tasks = sorted(curves["task"].unique())
-    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.8 * len(tasks)), squeeze=False,
-                             gridspec_kw={"width_ratios": [2.2, 1]})
-    palette = dict(zip(sorted(curves["policy"].unique()), sns.color_palette("tab10"), strict=False))
-    for row, task in zip(axes, tasks, strict=True):
-        ax, bar_ax = row
-        sub = curves[curves["task"] == task]
-        for policy, pol in sub.groupby("policy"):
-            seeds = [g.sort_values("virtual_time_s") for _, g in pol.groupby("seed")]
-            end = min(g["virtual_time_s"].max() for g in seeds)
-            grid = np.linspace(0, end, 200)
-            acc = np.array([np.interp(grid, g["virtual_time_s"], g["test_accuracy"]) for g in seeds])
-            ax.plot(grid, acc.mean(axis=0), label=policy, color=palette[policy])
-            ax.fill_between(grid, acc.min(axis=0), acc.max(axis=0), alpha=0.2, color=palette[policy])
+def _time_to_target_panel(ax, stats: pd.DataFrame) -> None:
+    """Median time to target per policy with its interval; pale where some seeds never reached
+    it, and 'k/m reached' over every policy."""
+    for i, s in enumerate(stats.itertuples()):
+        if s.reached:
+            ax.bar(i, s.median, **_bar_style(s.policy, 1.0 if s.reached == s.seeds else 0.4))
+            ax.errorbar(i, s.median, yerr=[[s.median - s.low], [s.high - s.median]],
+                        color="k", capsize=3, lw=1)
+        ax.annotate(f"{s.reached}/{s.seeds}\nreached", (i, 0 if np.isnan(s.high) else s.high),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7, color="k" if s.reached == s.seeds else "firebrick")
+    ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
+    ax.margins(y=0.2)
+    ax.set(title="time to target (median, interval)", ylabel="virtual time (s)")
+
+
+def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
+    """Per task: test accuracy against virtual time (median over seeds, min-max band, target
+    dotted), and the time to target per policy (``time_to_target_stats``)."""
+    evaluated = metrics[metrics["test_accuracy"].notna()]
+    tasks, axes, fig = _tasks(evaluated, 11, 3.8, 2, gridspec_kw={"width_ratios": [2.2, 1]})
+    stats = time_to_target_stats(summary)
+    for (ax, bar_ax), task in zip(axes, tasks, strict=True):
+        for policy, runs in evaluated[evaluated["task"] == task].groupby("policy"):
+            _band(ax, runs, "virtual_time_s", "test_accuracy", policy)
         target = summary.loc[summary["task"] == task, "target_accuracy"].iloc[0]
         ax.axhline(target, ls=":", color="k", lw=1, label=f"target {target:.2f}")
         ax.set(title=f"{task}: test accuracy vs virtual time", xlabel="virtual wall-clock time (s)",
                ylabel="test accuracy")
         ax.legend(fontsize=8)
-        tts = summary[summary["task"] == task]
-        stats = tts.groupby("policy")["time_to_target_s"].agg(["mean", "std"])
-        reached = tts.groupby("policy")["time_to_target_s"].apply(lambda s: s.notna().sum())
-        bar_ax.bar(stats.index, stats["mean"], yerr=stats["std"].fillna(0),
-                   color=[palette[p] for p in stats.index], capsize=3)
-        for i, policy in enumerate(stats.index):  # how many seeds reached the target
-            bar_ax.text(i, 0, f"{int(reached[policy])} of {int((tts['policy'] == policy).sum())}",
-                        ha="center", va="bottom", fontsize=7)
-        bar_ax.set(title="time to target (mean ± sd)",
-                   ylabel="virtual time (s)")
-        bar_ax.tick_params(axis="x", rotation=30)
+        _time_to_target_panel(bar_ax, stats[stats["task"] == task])
     return _save(fig, path)
 
 
-def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> Path:
+def loss_curves(metrics: pd.DataFrame, path: Path) -> list[Path]:
+    """Per task, side by side: smoothed training loss against iterations and against virtual
+    time (median over seeds, min-max band). A policy can win the first and lose the second."""
+    tasks, axes, fig = _tasks(metrics, 12, 3.6, 2, sharey="row")
+    for (it_ax, time_ax), task in zip(axes, tasks, strict=True):
+        sub = metrics[metrics["task"] == task]
+        for policy, runs in sub.groupby("policy"):
+            runs = _smoothed(runs, "train_loss")
+            _band(it_ax, runs, "iteration", "train_loss", policy)
+            _band(time_ax, runs, "virtual_time_s", "train_loss", policy)
+        modes = ", ".join(sorted(set(sub["policy"]) & set(NON_CUTOFF_MODES)))  # rows are rounds
+        it_ax.set(title=f"{task}: training loss vs iterations", ylabel="training loss (smoothed)",
+                  xlabel="iteration" + (f" ({modes}: round of n gradients)" if modes else ""))
+        time_ax.set(title=f"{task}: training loss vs virtual time",
+                    xlabel="virtual wall-clock time (s)")
+        it_ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def training_cutoff(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
+    """Per task: the cutoff each cutoff policy chose during training, iteration by iteration
+    (mean over seeds: thin raw, thick rolling mean). async and cyclic have no cutoff: left out."""
+    cutoff_runs = metrics[~metrics["policy"].isin(NON_CUTOFF_MODES)]
+    tasks, axes, fig = _tasks(metrics, 10, 3.4)
+    for ax, task in zip(axes[:, 0], tasks, strict=True):
+        sub = cutoff_runs[cutoff_runs["task"] == task]
+        for policy, runs in sub.groupby("policy"):
+            cutoff = runs.groupby("iteration")["cutoff"].mean()
+            style = policy_style(policy)
+            ax.plot(cutoff.index, cutoff, color=style["color"], alpha=0.25, lw=0.6)
+            ax.plot(cutoff.index, cutoff.rolling(_window(len(cutoff)), min_periods=1).mean(),
+                    lw=1.6, label=policy, **style)
+        n = summary.loc[summary["task"] == task, "n_workers"].max()
+        if pd.notna(n):  # the cutoff's range is 1..n
+            ax.set_ylim(0, float(n) + 0.5)
+        if sub.empty:
+            ax.text(0.5, 0.5, "no cutoff policy was run", transform=ax.transAxes, ha="center")
+        else:
+            ax.legend(fontsize=7, ncol=4)
+        ax.set(title=f"{task}: cutoff during training (mean over seeds)", xlabel="iteration",
+               ylabel="cutoff c (gradients accepted)")
+    return _save(fig, path)
+
+
+def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> list[Path]:
     """c_t chosen by each policy (default rule) while replaying each trace: thin lines raw,
     thick lines a 20-iteration moving average."""
     decisions = decisions[~decisions["policy"].str.contains("/")]
     traces = sorted(decisions["trace"].unique())
-    policies = sorted(decisions["policy"].unique())
-    palette = dict(zip(policies, sns.color_palette("tab10" if len(policies) <= 10 else "husl",
-                                                   len(policies)), strict=True))
     fig, axes = plt.subplots(len(traces), 1, figsize=(10, 3.4 * len(traces)), squeeze=False)
     for ax, trace in zip(axes[:, 0], traces, strict=True):
         sub = decisions[decisions["trace"] == trace]
         for policy, pol in sub.groupby("policy"):
             cutoff = pol.sort_values("iteration")["cutoff"].to_numpy()
-            step = np.arange(len(cutoff))
-            ax.plot(step, cutoff, color=palette[policy], alpha=0.2, lw=0.6)
-            ax.plot(step, pd.Series(cutoff).rolling(20, min_periods=1).mean(),
-                    color=palette[policy], lw=1.6, label=policy)
+            step, style = np.arange(len(cutoff)), policy_style(policy)
+            ax.plot(step, cutoff, color=style["color"], alpha=0.2, lw=0.6)
+            ax.plot(step, pd.Series(cutoff).rolling(20, min_periods=1).mean(), lw=1.6,
+                    label=policy, **style)
         ax.set(title=f"{trace}: cutoff over time (n = {int(sub['cutoff'].max())} at most)",
                xlabel="iteration of the replayed (test) part", ylabel="cutoff c (gradients accepted)")
         ax.legend(fontsize=7, ncol=4)
     return _save(fig, path)
 
 
-def throughput_bars(table: pd.DataFrame, path: Path) -> Path:
-    """Throughput relative to the exact hindsight oracle, per policy (and rule) and trace."""
-    rows = table[~table["policy"].isin(["oracle", "async"])].copy()
-    rows["label"] = np.where(rows["rule"] == "", rows["policy"], rows["policy"] + "\n" + rows["rule"])
-    fig, ax = plt.subplots(figsize=(max(8, 0.75 * rows["label"].nunique() + 3), 4.2))
-    sns.barplot(data=rows, x="label", y="relative_to_oracle", hue="trace", ax=ax)
+def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
+    """Throughput relative to the exact hindsight oracle, per policy (and rule): a panel per
+    trace, each bar in its policy's colour."""
+    rows = table[~table["policy"].isin(["oracle", *NON_CUTOFF_MODES])]
+    rows = rows.assign(label=np.where(rows["rule"] == "", rows["policy"],
+                                      rows["policy"] + "\n" + rows["rule"]))
+    labels, traces = list(pd.unique(rows["label"])), sorted(rows["trace"].unique())
+    fig, axes = plt.subplots(len(traces), 1, figsize=(max(8, 0.75 * len(labels) + 3),
+                                                      3.2 * len(traces)), squeeze=False)
     low = float(np.nanmin(rows["relative_to_oracle"]))
-    ax.set(ylim=(max(0.0, low - 0.05), 1.01), xlabel="policy (decision rule)",
-           ylabel="throughput / hindsight oracle",
-           title="throughput of each policy (accepted gradients per second)")
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.legend(title="trace", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax, trace in zip(axes[:, 0], traces, strict=True):
+        for row in rows[rows["trace"] == trace].itertuples():
+            ax.bar(labels.index(row.label), row.relative_to_oracle, **_bar_style(row.policy))
+        ax.set_xticks(range(len(labels)), labels, fontsize=8)
+        ax.set(ylim=(max(0.0, low - 0.05), 1.01), ylabel="throughput / hindsight oracle",
+               title=f"{trace}: throughput of each policy (accepted gradients per second)")
+        ax.axhline(1.0, color="k", lw=0.8)
+    axes[-1, 0].set_xlabel("policy (decision rule)")
     return _save(fig, path)
 
 
-def runtime_distributions(results_dir: Path, path: Path) -> Path:
+def runtime_distributions(results_dir: Path, path: Path) -> list[Path]:
     """Empirical CDF of every trace's run-times over its median (log scale: the tail matters)."""
     paths = _need(list(results_dir.glob("traces/*/trace.parquet")), results_dir, "traces")
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -186,7 +348,7 @@ def _time_unit(results_dir: Path, trace: str) -> str:
     return json.loads(raw).get("time_unit", "s") if raw else "s"
 
 
-def model_predictions(results_dir: Path, path: Path) -> Path:
+def model_predictions(results_dir: Path, path: Path) -> list[Path]:
     """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out."""
     paths = _need(list(results_dir.glob("models/*/predictions.parquet")), results_dir,
                   "model predictions")
@@ -213,17 +375,19 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     if not results_dir.is_dir():
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
     sns.set_theme(style="whitegrid", context="notebook")
-    summary, curves = load_runs(results_dir)
+    summary, metrics = load_runs(results_dir)
     table, decisions = load_throughput(results_dir)
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
-        _write_csv(summary, path["summary"]),
-        _write_csv(table, path["throughput_summary"]),
-        time_to_accuracy(curves, summary, path["time_to_accuracy"]),
-        cutoff_over_time(decisions, path["cutoff_over_time"]),
-        throughput_bars(table, path["throughput"]),
-        runtime_distributions(results_dir, path["runtime_distributions"]),
-        model_predictions(results_dir, path["model_predictions"]),
+        *_write_csv(summary, path["summary"]),
+        *_write_csv(table, path["throughput_summary"]),
+        *time_to_accuracy(metrics, summary, path["time_to_accuracy"]),
+        *loss_curves(metrics, path["loss_curves"]),
+        *training_cutoff(metrics, summary, path["training_cutoff"]),
+        *cutoff_over_time(decisions, path["cutoff_over_time"]),
+        *throughput_bars(table, path["throughput"]),
+        *runtime_distributions(results_dir, path["runtime_distributions"]),
+        *model_predictions(results_dir, path["model_predictions"]),
     ]
     for path in written:
         print(f"wrote {path}")

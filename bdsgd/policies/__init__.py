@@ -2,9 +2,10 @@
 
 Names: sync, static, elfving, ecdf, bandit, bdsgd (needs a run-time model), bayes (needs the
 simulator's truth), oracle and oracle-myopic (need the future run-times: references only), and
-explore-<name> around any causal one. ``async`` is not a cutoff policy: see
-``bdsgd.throughput.asynchronous``. The CLI, the trainers and the workflow ask ``spec`` and
-nothing else whether a policy needs a model, the truth or a warm-up history.
+explore-<name> around any causal one. ``async`` and ``cyclic`` are training modes, not cutoff
+policies (``MODES``; the throughput stage's async: ``bdsgd.throughput.asynchronous``). The CLI,
+the trainers and the workflow ask ``spec`` and nothing else whether a policy needs a model, the
+truth or a warm-up history.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 
 
 RULES = ("rate", "ratio")  # the decision rules of a predictive policy (policies.base.decide)
+# The training modes that are no cutoff policy (bdsgd.training): run as `--policy async|cyclic`,
+# they need nothing of what ``spec`` describes.
+MODES = ("async", "cyclic")
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,13 @@ def is_known(name: str) -> bool:
 
 def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | None = None,
                 seed: int = 0, comm_s: float = 0.0, runtimes: np.ndarray | None = None,
-                model=None, truth=None, offset: int = 0):
+                model=None, truth=None, offset: int = 0, objective: str = "throughput",
+                batch: int = 1):
     """Build policy ``name`` for n workers. ``rule`` None means ``cfg.rule``. ``runtimes`` (T, n)
     is the future, for the oracles only (replayed cyclically); ``model`` a loaded run-time model
     (bdsgd); ``truth`` the simulator's latent state (bayes), whose iteration ``offset`` is the
-    first one replayed."""
+    first one replayed. ``objective`` (train.objective) and ``batch`` (samples per worker) are
+    for the predictive policies (bdsgd.policies.progress); the others ignore them."""
     # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
     # and every workflow parse read the registry only.
     import numpy as np
@@ -80,9 +86,12 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     from bdsgd.policies.baselines import Scripted, Static, Sync
     from bdsgd.policies.explore import Explore
     from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, TruthPredictor
+    from bdsgd.policies.progress import OBJECTIVES
 
     need = spec(name)
     rule = cfg.rule if rule is None else rule
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
     if need.needs_model and model is None:
         raise ValueError(f"{name} needs a run-time model")
     if need.needs_truth and truth is None:
@@ -91,7 +100,8 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         raise ValueError(f"{name} needs the trace's run-times")
     if name.startswith("explore-"):
         inner = make_policy(name.removeprefix("explore-"), n_workers, cfg, rule=rule, seed=seed,
-                            comm_s=comm_s, model=model, truth=truth, offset=offset)
+                            comm_s=comm_s, model=model, truth=truth, offset=offset,
+                            objective=objective, batch=batch)
         return Explore(inner, n_workers, cfg.explore_prob, seed)
     if name == "sync":
         return Sync(n_workers)
@@ -115,4 +125,5 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         predictor = TruthPredictor(truth, offset, cfg.bayes_samples, seed)
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
     min_gain = cfg.min_gain if need.learns else 0.0
-    return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain)
+    return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain,
+                            objective, batch)

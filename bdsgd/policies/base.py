@@ -19,6 +19,7 @@ import numpy as np
 
 from bdsgd.cutoff import Observation
 from bdsgd.policies import RULES
+from bdsgd.policies.progress import OBJECTIVES, GradientNoise, worth
 
 # Worker-draws per decision a Monte Carlo predictor affords at least, S = max(samples,
 # DRAW_BUDGET / n): a small cluster gets more draws where they are cheap. E[x_(n)] of a heavy tail
@@ -56,7 +57,7 @@ class Predictor(Protocol):
 
 
 def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 0.0,
-           min_gain: float = 0.0) -> int:
+           min_gain: float = 0.0, worth: np.ndarray | None = None) -> int:
     """Turn predicted order statistics into a cutoff.
 
     ``ratio`` (the paper's): c* = argmax_c c / (E[x_(c)] + comm).
@@ -71,10 +72,20 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 
     forecast's errors do not cancel here: the argmax picks the cutoffs whose gain it overstates
     (the optimiser's curse), and a cut worker is censored, so the forecast learns least about
     the workers it cut (a worker believed slow stays cut after it recovered).
+
+    ``worth`` (n,) puts what cutoff c is worth in place of c itself (the progress objective,
+    ``bdsgd.policies.progress``): counted = worth - delta (worth(n) - worth), and lambda_hat is
+    then worth per second. None: c, the throughput objective.
     """
     n = len(expected)
-    c = np.arange(1, n + 1)
-    counted = c - min_gain * (n - c)
+    if worth is None:
+        c = np.arange(1, n + 1)
+        counted = c - min_gain * (n - c)
+    else:
+        worth = np.asarray(worth, dtype=float)
+        if worth.shape != (n,):
+            raise ValueError(f"worth must have shape ({n},), got {worth.shape}")
+        counted = worth - min_gain * (worth[-1] - worth)
     cost = np.asarray(expected, dtype=float) + comm_s
     if rule == "rate" and rate is not None:
         score = counted - rate * cost
@@ -88,7 +99,7 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 
 
 class PredictivePolicy:
     """A ``Predictor`` plus a decision rule: c = decide(E[x_(1..n)], rule, lambda_hat,
-    min_gain).
+    min_gain, worth).
 
     lambda_hat = sum c / sum duration over the iterations this policy chose the cutoff of, each
     weighted by 2^(-age / halflife): the throughput it achieved recently, as the server measures
@@ -98,32 +109,65 @@ class PredictivePolicy:
     says what that policy achieved: it informs the predictor, not lambda_hat. Before the predictor
     has anything to go on it waits for every worker (sync), which also shows it every run-time
     once.
+
+    ``objective`` "throughput" counts a cutoff c as c gradients; "progress" as worth(c), the
+    expected loss decrease of a step over c workers' batches of ``batch`` samples, from the
+    gradient noise scale that ``observe_gradients`` estimates (``bdsgd.policies.progress``; the
+    same halflife). lambda_hat is then worth per second.
     """
 
     def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int,
-                 halflife: float = 100.0, min_gain: float = 0.0):
+                 halflife: float = 100.0, min_gain: float = 0.0, objective: str = "throughput",
+                 batch: int = 1):
         if rule not in RULES:
             raise ValueError(f"unknown decision rule {rule!r}; choose from {RULES}")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
         self.name, self.predictor, self.rule = name, predictor, rule
         self.comm_s, self.n, self.min_gain = comm_s, n_workers, min_gain
+        self.objective, self.batch = objective, batch
+        self.noise = GradientNoise(halflife) if objective == "progress" else None
         self.decay = 0.5 ** (1.0 / halflife)
-        self.gradients, self.seconds = 0.0, 0.0  # exponentially weighted sums
+        self.gradients, self.seconds = 0.0, 0.0  # exponentially weighted sums (of worth)
         self.chosen = False  # whether the iteration being observed was this policy's choice
 
     @property
     def rate(self) -> float | None:
         return self.gradients / self.seconds if self.seconds > 0 else None
 
+    @property
+    def noise_scale(self) -> float | None:
+        """The current B_noise estimate in samples (None under "throughput" or before one)."""
+        return None if self.noise is None else self.noise.scale
+
+    def worth(self, c: np.ndarray) -> np.ndarray | None:
+        """worth(c) under "progress"; None under "throughput" (c itself)."""
+        if self.noise is None:
+            return None
+        return worth(c, self.n, self.batch, self.noise.scale)
+
     def choose(self) -> int:
         self.chosen = True
         expected = self.predictor.expected_order_stats()
         if expected is None:
             return self.n
-        return decide(expected, self.rule, self.rate, self.comm_s, self.min_gain)
+        return decide(expected, self.rule, self.rate, self.comm_s, self.min_gain,
+                      self.worth(np.arange(1, self.n + 1)))
 
     def observe(self, obs: Observation) -> None:
         if self.chosen:
-            self.gradients = self.decay * self.gradients + obs.cutoff
+            gained = self.worth(np.array([obs.cutoff]))
+            self.gradients = self.decay * self.gradients + (
+                obs.cutoff if gained is None else float(gained[0]))
             self.seconds = self.decay * self.seconds + obs.duration
         self.chosen = False
         self.predictor.observe(obs)
+
+    def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
+                          b_big: float) -> None:
+        """One iteration's gradient norms for the noise scale (``GradientNoise.observe``); a
+        no-op under "throughput"."""
+        if self.noise is not None:
+            self.noise.observe(small_sq, big_sq, b_small, b_big)

@@ -30,3 +30,10 @@ class Explore:
 
     def observe(self, obs: Observation) -> None:
         self.inner.observe(obs)
+
+    def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
+                          b_big: float) -> None:
+        """Forwarded to the inner policy, if it estimates the gradient noise scale."""
+        forward = getattr(self.inner, "observe_gradients", None)
+        if forward is not None:
+            forward(small_sq, big_sq, b_small, b_big)

@@ -11,7 +11,8 @@ iteration k, worker w) at the parameters theta_p it pulled after update p - 1:
     theta_{u+1} = theta_u - (lr / n) * m_{u+1},   m_{u+1} = momentum * m_u + grad L_{k,w}(theta_p)
 
 (torch.optim.SGD with train.momentum, at lr / n: each update is one worker's batch, n of them
-one synchronous step's worth; train.lr_scaling does not apply). Then w pulls theta_{u+1} and
+one synchronous step's worth; train.lr_scaling does not apply; train.staleness_lr inverse
+divides the rate by max(1, staleness)). Then w pulls theta_{u+1} and
 starts its (k+1)-th gradient. Gradients that arrive at the same virtual instant are applied one
 after the other (in worker order) and their workers pull after the instant's last update: on a
 trace whose workers are all equally fast, a round of n updates then starts from one set of
@@ -23,10 +24,11 @@ arrival (u - p above); 0..n-1 within each round when all workers are equally fas
 Budget: train.max_iterations counts synchronous-equivalent iterations; the run applies
 max_iterations * n gradients, as many as sync computes. A round is n applied gradients; metrics
 has one row per round with the cutoff mode's columns (iteration = round, virtual_time_s = the
-round's last arrival, cutoff = n, iteration_time_s = time since the previous row, lr = lr / n,
-train_loss = the mean loss of the round's gradients at the parameters they were computed on),
-evaluated every train.eval_every rounds and at the end; result.json's summary adds the mean,
-max, median and 90th percentile of the staleness.
+round's last arrival, cutoff = the distinct workers whose gradients the round applied,
+iteration_time_s = time since the previous row, lr = the round's mean rate per gradient,
+train_loss = the mean loss of the round's gradients at the parameters they were computed on,
+gradients = n, staleness = the round's mean), evaluated every train.eval_every rounds and at
+the end; result.json's summary adds the mean, max, median and 90th percentile of the staleness.
 
 A gradient is computed when its worker pulls, not when it arrives: it depends only on the pulled
 parameters and the worker's mini-batch, both fixed at the pull, so the update is the same. At
@@ -34,6 +36,9 @@ the pull the model holds exactly those parameters, so nothing is copied or swapp
 is n stored gradients (one in flight per worker) instead of n stored parameter snapshots. The
 arrival times depend on the trace alone, never on the gradients, so the whole event schedule is
 computed first (``schedule``); a gradient that would arrive after the budget is not computed.
+Worker w's k-th arrival is the running sum of its x_{i mod T, w} + comm_s, i <= k (a worker
+pulls at the instant it delivers), so the schedule is n cumulative sums merged in order of
+(time, worker): numpy work, no Python loop per gradient.
 
 Checkpoints (every train.checkpoint_every rounds) hold the model, optimiser, RNG states, clock,
 the in-flight gradients and the metrics so far; the heap and the per-worker counters at that
@@ -44,29 +49,27 @@ checkpoint (``Stopped``), as in the cutoff mode.
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from bdsgd.config import Config
-from bdsgd.errors import Stopped
-from bdsgd.io import write_with
-from bdsgd.training.virtual import (
-    COLUMNS,
-    _stop_requests,
-    _torch_settings,
-    _wandb_run,
+from bdsgd.training.common import (
+    STALENESS_LR,
+    Recorder,
+    apply_gradient,
     backward,
-    evaluate,
     load_checkpoint,
+    new_model,
     prepare,
+    save_checkpoint,
+    staleness_summary,
+    stop_requests,
+    take_gradient,
+    torch_settings,
     write_outputs,
 )
 
@@ -81,25 +84,32 @@ class Schedule:
     pull: np.ndarray       # update u ends its instant: the workers applied since the last pull pull
 
 
+def arrivals(runtimes: np.ndarray, comm_s: float, per_worker: int) -> np.ndarray:
+    """(per_worker, n): worker w's k-th gradient's arrival, sum_{i<=k} x_{i mod T, w} + comm_s."""
+    T, _ = runtimes.shape
+    rows = np.arange(per_worker) % T
+    return np.cumsum(runtimes[rows] + comm_s, axis=0)
+
+
 def schedule(runtimes: np.ndarray, comm_s: float, n_updates: int) -> Schedule:
-    """The event-driven simulation of asynchronous SGD's timing on the trace (cycled)."""
-    T, n = runtimes.shape
-    heap = [(float(runtimes[0, w] + comm_s), w) for w in range(n)]
-    heapq.heapify(heap)
-    started, pulled_at, pending = np.zeros(n, np.int64), np.zeros(n, np.int64), []
-    worker, index, staleness = (np.empty(n_updates, np.int64) for _ in range(3))
-    arrival, pull = np.empty(n_updates), np.empty(n_updates, bool)
-    for u in range(n_updates):
-        a, w = heapq.heappop(heap)
-        worker[u], index[u], arrival[u], staleness[u] = w, started[w], a, u - pulled_at[w]
-        pending.append(w)
-        pull[u] = not heap or heap[0][0] != a
-        if pull[u]:
-            for v in pending:
-                pulled_at[v], started[v] = u + 1, started[v] + 1
-                heapq.heappush(heap, (a + float(runtimes[started[v] % T, v] + comm_s), v))
-            pending = []
-    return Schedule(worker, index, arrival, staleness, pull)
+    """The event-driven timing of asynchronous SGD on the trace (cycled)."""
+    n = runtimes.shape[1]
+    per_worker = -(-(n_updates + 1) // n)
+    while True:  # enough arrivals that none left out could come before the (n_updates+1)-th
+        times = arrivals(runtimes, comm_s, per_worker)
+        order = np.lexsort((np.broadcast_to(np.arange(n), times.shape).ravel(), times.ravel()))
+        if times.ravel()[order[n_updates]] <= times[-1].min():
+            break
+        per_worker *= 2
+    index, worker = np.divmod(order[:n_updates + 1], n)
+    sorted_times = times.ravel()[order]
+    arrival = sorted_times[:n_updates]
+    # a worker pulls after the last update of the instant it delivered at (k = 0: at time 0)
+    previous = np.where(index[:n_updates] > 0, times[np.maximum(index[:n_updates] - 1, 0),
+                                                      worker[:n_updates]], -np.inf)
+    pulled_at = np.searchsorted(sorted_times, previous, side="right")
+    return Schedule(worker[:n_updates], index[:n_updates], arrival,
+                    np.arange(n_updates) - pulled_at, sorted_times[1:n_updates + 1] != arrival)
 
 
 def worker_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,
@@ -107,16 +117,7 @@ def worker_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: i
     """One worker's gradient of its mini-batch's mean loss at the model's parameters; the loss."""
     model.zero_grad(set_to_none=True)
     loss = backward(model, x, y, chunk, device)
-    grads = [p.grad for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads, loss.item()
-
-
-def _apply(model: nn.Module, optimizer: torch.optim.Optimizer, grads: list) -> None:
-    for p, g in zip(model.parameters(), grads, strict=True):
-        p.grad = g
-    optimizer.step()
-    model.zero_grad(set_to_none=True)
+    return take_gradient(model), loss.item()
 
 
 def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_path=None) -> Path:
@@ -130,58 +131,42 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
     rounds, lr = tc.max_iterations, tc.learning_rate / n
     sched = schedule(r.trace.runtimes, comm_s, rounds * n)
     needed = np.bincount(sched.worker, minlength=n)  # gradients of each worker that get applied
+    rates = lr * STALENESS_LR[tc.staleness_lr](sched.staleness)
     print(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
           f"{rounds} rounds of n gradients, batch {tc.batch_size} per worker "
-          f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient, "
+          f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient "
+          f"(staleness_lr {tc.staleness_lr}), "
           f"comm {comm_s} s, target accuracy {r.target}, device {device}")
 
-    with _torch_settings(tc.threads, device), _stop_requests() as stop:
-        torch.manual_seed(seed)
-        model = data.make_model().to(device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=tc.momentum)
-        log: dict[str, list] = {col: [] for col in COLUMNS}
-        clock, start = 0.0, 0
+    with torch_settings(tc.threads, device), stop_requests() as stop:
+        model, optimizer = new_model(r, seed, lr)
         flight: dict[int, tuple[list, float]] = {}  # worker -> its gradient in flight, its loss
 
         def compute(w: int, k: int) -> None:
             x, y = data.batch(data.train, streams.batch(k, np.array([w])))
             flight[w] = worker_gradient(model, x, y, tc.chunk_samples, device)
 
-        state = load_checkpoint(r)
+        state = load_checkpoint(r, model, optimizer)
         if state is not None:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["torch_rng"])
-            if device.type == "cuda":
-                torch.cuda.set_rng_state_all(state["cuda_rng"])
-            log, clock, start = state["metrics"], state["clock"], state["round"]
             flight = {w: ([None if g is None else g.to(device) for g in grads], loss)
                       for w, (grads, loss) in state["flight"].items()}
-            print(f"resumed from {r.ckpt_path} at round {start}")
         else:
             for w in np.flatnonzero(needed):
                 compute(int(w), 0)
-
-        def save_checkpoint(done: int) -> None:
-            state = {"identity": r.identity, "round": done, "clock": clock, "metrics": log,
-                     "flight": flight, "model": model.state_dict(),
-                     "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else []}
-            write_with(r.ckpt_path, lambda tmp: torch.save(state, tmp))
-
-        run = _wandb_run(cfg, task, "async", seed, out_dir) if start < rounds else None
-        shown = next((a for a in reversed(log["test_accuracy"]) if not math.isnan(a)), math.nan)
+        rec = Recorder(cfg, r, "async", seed, out_dir, None if state is None else state["metrics"],
+                       stop)
+        start = rec.last
         # the workers applied since the last pull (none at a round's end unless its instant goes on)
         first = start * n
         while first > 0 and not sched.pull[first - 1]:
             first -= 1
-        bar = tqdm(range(start, rounds), initial=start, total=rounds, file=sys.stderr,
-                   desc=f"{task}/async/s{seed}")
-        for i in bar:
+        for i in range(start, rounds):
             losses = []
             for u in range(i * n, (i + 1) * n):
                 grads, loss = flight.pop(int(sched.worker[u]))
-                _apply(model, optimizer, grads)
+                for group in optimizer.param_groups:
+                    group["lr"] = float(rates[u])
+                apply_gradient(model, optimizer, grads)
                 losses.append(loss)
                 if sched.pull[u]:
                     for v, k in zip(sched.worker[first:u + 1], sched.index[first:u + 1],
@@ -189,36 +174,19 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                         if k + 1 < needed[v]:
                             compute(int(v), int(k) + 1)
                     first = u + 1
-            done, now = i + 1, float(sched.arrival[(i + 1) * n - 1])
-            accuracy = test_loss = math.nan
-            if done % tc.eval_every == 0 or done == rounds:
-                accuracy, test_loss = evaluate(model, data, device)
-                shown = accuracy
-            row = {"iteration": done, "virtual_time_s": now, "cutoff": n,
-                   "iteration_time_s": now - clock, "lr": lr, "train_loss": float(np.mean(losses)),
-                   "test_accuracy": accuracy, "test_loss": test_loss}
-            clock = now
-            for col in COLUMNS:
-                log[col].append(row[col])
-            if run is not None:
-                run.log({k: v for k, v in row.items() if not math.isnan(v)}, step=done)
-            if done % tc.checkpoint_every == 0 or done == rounds or stop:
-                save_checkpoint(done)
-            bar.set_postfix(acc=f"{shown:.3f}", vtime=f"{clock:.1f}s", refresh=False)
-            if stop and done < rounds:
-                bar.close()
-                if run is not None:
-                    run.finish(exit_code=128 + stop[0])
-                raise Stopped(stop[0], r.ckpt_path, done)
-        bar.close()
-        if run is not None:
-            run.finish()
+            now, rows = float(sched.arrival[(i + 1) * n - 1]), slice(i * n, (i + 1) * n)
+            rec.record(model, {
+                "iteration": i + 1, "virtual_time_s": now,
+                "cutoff": len(np.unique(sched.worker[rows])),
+                "iteration_time_s": now - rec.clock, "lr": float(rates[rows].mean()),
+                "train_loss": float(np.mean(losses)),
+                "gradients": n, "staleness": float(sched.staleness[rows].mean())},
+                lambda: save_checkpoint(r, model, optimizer, metrics=rec.log, flight=flight))
+        rec.close()
 
-    s = sched.staleness
-    summary = write_outputs(cfg, r, log, model, trace_path, history_path, out_dir, {
-        "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start}, {
-        "mean_staleness": float(s.mean()), "max_staleness": int(s.max()),
-        "staleness_p50": float(np.percentile(s, 50)), "staleness_p90": float(np.percentile(s, 90))})
+    summary = write_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
+        "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
+        staleness_summary(sched.staleness))
     print(f"async staleness: mean {summary['mean_staleness']:.2f}, "
           f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
     return out_dir

@@ -12,9 +12,9 @@ from pathlib import Path
 import yaml
 
 from bdsgd.config import GatherConfig
-from bdsgd.figures import FIGURES as FIGURE_TABLE
+from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.traces import TRACE_FIGURES
-from bdsgd.policies import spec as policy_spec
+from bdsgd.policies import MODES, spec as policy_spec
 
 EXP = config["experiment"]
 RESULTS = f"results/{EXP}"
@@ -43,9 +43,9 @@ def simulated(trace):
 
 # ---------------------------------------------------------------------------- policies
 # What a policy needs comes from the policy registry (bdsgd.policies.spec) and nowhere else.
-# async is not a cutoff policy (bdsgd.throughput.asynchronous): it needs nothing.
+# async and cyclic are training modes, not cutoff policies: they need nothing.
 def policy_needs(policies, need):
-    return any(getattr(policy_spec(p), need) for p in policies if p != "async")
+    return any(getattr(policy_spec(p), need) for p in policies if p not in MODES)
 
 
 def model_input(trace, policies):
@@ -139,10 +139,15 @@ def run_targets():
 # bdsgd.traces.TRACE_FIGURES (what `bdsgd traces plot` draws per trace): name -> (file, caption
 # in workflow/report/, category).
 def figure_outputs():
-    return {
-        name: report(f"{FIG_DIR}/{file}", caption=f"../report/{caption}", category=category)
-        for name, (file, caption, category) in FIGURE_TABLE.items()
-    }
+    """Every file the figures job writes. The listed file is a report entry; a figure's other
+    formats (its PDF, as <name>_pdf) are plain outputs beside it."""
+    outputs = {}
+    for name, (file, caption, category) in FIGURE_TABLE.items():
+        outputs[name] = report(f"{FIG_DIR}/{file}", caption=f"../report/{caption}",
+                               category=category)
+        for other in figure_files(file)[1:]:
+            outputs[f"{name}_{other.rpartition('.')[2]}"] = f"{FIG_DIR}/{other}"
+    return outputs
 
 
 def trace_figure_outputs():
@@ -154,7 +159,8 @@ def trace_figure_outputs():
 
 
 def figure_targets():
-    tables = [f"{FIG_DIR}/{file}" for file, _, _ in FIGURE_TABLE.values()]
+    tables = [f"{FIG_DIR}/{out}" for file, _, _ in FIGURE_TABLE.values()
+              for out in figure_files(file)]
     per_trace = [f"{FIG_DIR}/traces/{file.format(trace=trace)}" for trace in config["traces"]
                  for file, _, _ in TRACE_FIGURES.values()]
     return tables + per_trace

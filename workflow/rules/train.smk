@@ -11,6 +11,7 @@ rule train:
         trace=f"{RESULTS}/traces/{TRAIN['trace']}/test.parquet",
         history=f"{RESULTS}/traces/{TRAIN['trace']}/train.parquet",
         model=lambda wc: model_input(TRAIN["trace"], [wc.policy]),
+        truth=lambda wc: truth_input(TRAIN["trace"], [wc.policy]),
     output:
         result=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/result.json",
         metrics=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/metrics.parquet",

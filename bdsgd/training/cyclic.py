@@ -1,0 +1,226 @@
+"""Cyclic gradient updates with dynamic delays on the virtual cluster (``--policy cyclic``).
+
+The method (``../shared/seeds`` 003, whose abstract gives the idea only): workers push gradients
+to the server in a round-robin order, accumulate stale gradients locally meanwhile, and push the
+accumulated sum when they obtain the token; the delay adapts to each worker. The rule implemented:
+
+* Workers never wait. Worker w computes gradients back to back, its k-th (k = 0, 1, ...) taking
+  x_{k mod T, w} of virtual time (trace row k mod T, column w), on the parameters of the last
+  pull it completed at or before the gradient's start (theta_0 before its first).
+* A token visits the workers in the order 0, 1, ..., n-1, 0, ... If worker j holds at least one
+  finished gradient it has not pushed, it pushes their sum: the server applies it after comm_s
+  (one push on the wire at a time: the token serialises the traffic that a synchronous step
+  sends at once), j pulls the new parameters at that instant, and the token moves on. If j holds
+  none it is skipped at no cost; when a whole round of visits finds nothing the token waits for
+  the next gradient to finish. A gradient in progress during a push is pushed at a later turn.
+* The update of a push of m gradients g_1..g_m of worker j is one step of SGD with momentum,
+
+      theta <- theta - (lr / n) * v,   v <- momentum * v + sum_i g_i,
+
+  every gradient applied once at lr / n, as in asynchronous SGD (``asynchronous``); under
+  train.staleness_lr inverse each g_i is first divided by max(1, its staleness).
+
+The delays are dynamic in two ways. A slow worker does not hold up the others: its turn is
+skipped until it has something, so its gradients wait longer (more updates between their pull
+and their push: their staleness grows with the worker's run-time), where the fixed cyclic
+schedule (every worker every n-th update, delay n - 1) waits for the slowest in each round. And
+a fast worker's gradients within one turn share one push: it communicates once per turn however
+many gradients it finished, which is what accumulating locally buys. The price: the gradient in
+progress during a worker's push started on the parameters of its previous pull, so at equal
+speeds, with a token faster than the gradients, staleness is about 2n - 1 updates where
+asynchronous SGD's is n - 1 at most.
+
+Budget and rows as in ``asynchronous``: the run applies train.max_iterations * n gradients (the
+last push takes only what is left of the budget); a metrics row ends when the applied count
+passes a multiple of n (iteration = applied // n), with cutoff = the distinct workers whose
+gradients the row applied, gradients, the mean staleness (updates between a gradient's pull and
+its push), lr = the mean rate per gradient (lr / n, or less under train.staleness_lr) and the
+mean loss of the row's gradients.
+
+The schedule depends on the trace alone (finish times are running sums of each worker's
+column), so it is computed first (``schedule``): a loop over the token's visits, not over
+gradients. The gradients that share a worker, a pull and a push are one backward pass over the
+union of their mini-batches (the sum of their means, as in the cutoff mode), computed right after
+the update whose parameters they use; gradients that the budget never pushes are never computed.
+Checkpoints hold the pending sums, model, optimiser, RNG states and metrics; SIGTERM/SIGINT stop
+at a row's end (``Stopped``) and the same command resumes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bdsgd.config import Config
+from bdsgd.training.asynchronous import arrivals
+from bdsgd.training.common import (
+    STALENESS_LR,
+    Recorder,
+    apply_gradient,
+    backward,
+    load_checkpoint,
+    new_model,
+    prepare,
+    save_checkpoint,
+    staleness_summary,
+    stop_requests,
+    take_gradient,
+    torch_settings,
+    write_outputs,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The updates in order (arrays of length n_updates) and the gradients each applies."""
+    worker: np.ndarray     # the worker whose push update u applies
+    time: np.ndarray       # the virtual time of update u
+    first: np.ndarray      # its gradients are the worker's first[u] .. first[u] + count[u] - 1
+    count: np.ndarray
+    pull: np.ndarray       # per applied gradient (in update order): the updates applied before the
+    staleness: np.ndarray  # pull whose parameters it used; updates between that pull and its push
+
+    def groups(self) -> dict[int, list[tuple[int, int, int, int]]]:
+        """pull p -> [(update, worker, first k, count)]: the gradients computed on theta_p that
+        one backward pass gives (same worker, pull and push), to compute once theta_p holds."""
+        out: dict[int, list] = collections.defaultdict(list)
+        g = 0
+        for u, (w, k0, m) in enumerate(zip(self.worker, self.first, self.count, strict=True)):
+            pulls = self.pull[g:g + m]
+            for p in np.unique(pulls):
+                ks = k0 + np.flatnonzero(pulls == p)
+                out[int(p)].append((u, int(w), int(ks[0]), len(ks)))
+            g += m
+        return out
+
+
+def schedule(runtimes: np.ndarray, comm_s: float, n_gradients: int) -> Schedule:
+    """The token's rounds on the trace (cycled) until n_gradients gradients are applied."""
+    n = runtimes.shape[1]
+    per_worker = n_gradients // n + 2
+    # rows[w][k]: worker w's k-th gradient done; plain lists: the loop costs ~1 us a visit
+    rows = [list(row) for row in arrivals(runtimes, 0.0, per_worker).T]
+    pushed = [0] * n
+    upcoming = [row[0] for row in rows]  # each worker's next unpushed gradient's finish
+    pull_time = [[0.0] for _ in range(n)]  # per worker: the time of each pull ...
+    pull_update = [[0] for _ in range(n)]  # ... and the updates applied by then
+    worker, at, first, count = [], [], [], []
+    s, j, applied = 0.0, 0, 0
+    while applied < n_gradients:
+        # the token skips, at no cost, every worker without a finished gradient to push; when
+        # nobody has one it waits for the next to finish
+        if min(upcoming) > s:
+            s = min(upcoming)
+        while upcoming[j] > s:
+            j = (j + 1) % n
+        while rows[j][-1] <= s:  # more of the worker's finish times than computed so far
+            per_worker *= 2
+            rows = [list(row) for row in arrivals(runtimes, 0.0, per_worker).T]
+        done = bisect.bisect_right(rows[j], s)
+        m = min(done - pushed[j], n_gradients - applied)
+        s += comm_s
+        worker.append(j), at.append(s), first.append(pushed[j]), count.append(m)
+        pushed[j] += m
+        applied += m
+        pull_time[j].append(s), pull_update[j].append(len(worker))
+        upcoming[j] = rows[j][pushed[j]]
+        j = (j + 1) % n
+    worker, first, count = np.array(worker), np.array(first), np.array(count)
+    # each applied gradient's pull: its worker's last pull at or before the gradient's start
+    u = np.repeat(np.arange(len(worker)), count)
+    w = worker[u]
+    k = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count) + first[u]
+    finish = np.array(rows)
+    starts = np.where(k > 0, finish[w, np.maximum(k - 1, 0)], 0.0)
+    pull = np.empty_like(k)
+    for v in range(n):
+        mine = w == v
+        at_pull = np.searchsorted(pull_time[v], starts[mine], side="right") - 1
+        pull[mine] = np.asarray(pull_update[v])[at_pull]
+    return Schedule(worker, np.array(at), first, count, pull, u - pull)
+
+
+def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history_path=None) -> Path:
+    """One cyclic run; the cutoff mode's outputs (``virtual.train_run``), resumable alike.
+    ``history_path`` is checked and recorded only: no policy learns from it."""
+    wall_start = time.perf_counter()
+    comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
+    r = prepare(cfg, task, "cyclic", seed, trace_path, out_dir, history_path)
+    tc, data, streams, device = r.tc, r.data, r.streams, r.device
+    T, n = r.trace.runtimes.shape
+    lr = tc.learning_rate / n
+    sched = schedule(r.trace.runtimes, comm_s, tc.max_iterations * n)
+    groups, ends = sched.groups(), np.cumsum(sched.count)
+    scale = STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+    print(f"train {task} / cyclic / seed {seed}: n={n} workers, T={T} trace iterations, "
+          f"{tc.max_iterations * n} gradients in {len(sched.worker)} pushes, batch "
+          f"{tc.batch_size} per worker ({streams.per_epoch} per epoch), lr {tc.learning_rate} / n "
+          f"per gradient, comm {comm_s} s per push, target accuracy {r.target}, device {device}")
+
+    with torch_settings(tc.threads, device), stop_requests() as stop:
+        model, optimizer = new_model(r, seed, lr)
+        pending: dict[int, list] = {}  # update -> [sum of its gradients so far, sum of losses]
+        row_loss = 0.0  # the losses of the gradients applied since the last row
+
+        def compute(p: int) -> None:
+            """The gradients that start from theta_p, which the model holds now."""
+            for u, w, k0, m in groups.get(p, []):
+                idx = np.concatenate([streams.batch(k, np.array([w])) for k in range(k0, k0 + m)])
+                x, y = data.batch(data.train, idx)
+                model.zero_grad(set_to_none=True)
+                loss = backward(model, x, y, tc.chunk_samples, device).item() * m
+                # m means summed: the union's mean x m; a group shares its pull and push, so
+                # its staleness u - p, and its learning-rate factor
+                weight = m * float(STALENESS_LR[tc.staleness_lr](u - p))
+                grads = [g * weight for g in take_gradient(model)]
+                if u in pending:
+                    pending[u][0] = [a + b for a, b in zip(pending[u][0], grads, strict=True)]
+                    pending[u][1] += loss
+                else:
+                    pending[u] = [grads, loss]
+
+        state = load_checkpoint(r, model, optimizer)
+        if state is None:
+            compute(0)
+            u0 = 0
+        else:
+            pending = {u: [[g.to(device) for g in grads], loss]
+                       for u, (grads, loss) in state["pending"].items()}
+            u0 = state["update"]
+        rec = Recorder(cfg, r, "cyclic", seed, out_dir, None if state is None else state["metrics"],
+                       stop)
+        start, row_first = rec.last, u0  # the row's first update
+        for u in range(u0, len(sched.worker)):
+            grads, loss = pending.pop(u)
+            apply_gradient(model, optimizer, grads)
+            row_loss += loss
+            compute(u + 1)
+            iteration = int(ends[u]) // n
+            if iteration == rec.last:
+                continue
+            rows = slice(row_first, u + 1)
+            gradients = slice(int(ends[row_first] - sched.count[row_first]), int(ends[u]))
+            now = float(sched.time[u])
+            rec.record(model, {
+                "iteration": iteration, "virtual_time_s": now,
+                "cutoff": len(np.unique(sched.worker[rows])),
+                "iteration_time_s": now - rec.clock, "lr": lr * float(scale[gradients].mean()),
+                "train_loss": row_loss / int(sched.count[rows].sum()),
+                "gradients": int(sched.count[rows].sum()),
+                "staleness": float(sched.staleness[gradients].mean())},
+                lambda u=u: save_checkpoint(r, model, optimizer, metrics=rec.log, update=u + 1,
+                                            pending=pending))
+            row_first, row_loss = u + 1, 0.0
+        rec.close()
+
+    summary = write_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
+        "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
+        {**staleness_summary(sched.staleness), "pushes": len(sched.worker)})
+    print(f"cyclic staleness: mean {summary['mean_staleness']:.2f}, "
+          f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
+    return out_dir

@@ -1,0 +1,169 @@
+"""Cyclic updates with dynamic delays: the token's schedule, the update rule, cost, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import run_cli
+from test_asynchronous import STALENESS, summary, write
+from test_training import (
+    N_WORKERS,
+    T_ROWS,
+    crash_at_call,
+    interrupted_then_resumed,
+    make_cfg,
+    metrics,
+)
+
+import bdsgd.training.cyclic as cyclic
+from bdsgd.training import asynchronous
+from bdsgd.training.common import COLUMNS
+from bdsgd.training.cyclic import schedule
+from bdsgd.training.virtual import train_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_events import async_per_event, cyclic_per_event  # noqa: E402
+
+sys.path.pop(0)
+
+
+@pytest.fixture
+def trace_path(tmp_path: Path) -> Path:
+    return write(tmp_path, np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS)))
+
+
+@pytest.mark.parametrize("comm_s", [0.0, 0.05, 2.0])
+@pytest.mark.parametrize("slow", [False, True])
+def test_schedules_equal_the_per_event_loops(comm_s, slow):
+    """The trainers' schedules (running sums; a loop over the token's visits) give the updates
+    that a loop over every gradient's finish gives, on random traces with and without a 10x
+    straggler and with communication slower than the gradients."""
+    runtimes = np.random.default_rng(7).lognormal(0.0, 0.6, (9, 5))
+    runtimes[:, 2] *= 10.0 if slow else 1.0
+    total = 5 * 40
+    got, ref = schedule(runtimes, comm_s, total), cyclic_per_event(runtimes, comm_s, total)
+    for key in ref:
+        np.testing.assert_array_equal(getattr(got, key), ref[key])
+    assert got.count.sum() == total
+    a, ref_a = asynchronous.schedule(runtimes, comm_s, total), async_per_event(runtimes, comm_s,
+                                                                               total)
+    for key in ref_a:
+        np.testing.assert_array_equal(getattr(a, key), ref_a[key])
+
+
+def test_token_skips_a_slow_worker_and_its_gradients_wait():
+    """Worker 0 takes 10 s a gradient, the others 1 s: the others push every second without
+    waiting for it; its gradients carry the staleness."""
+    runtimes = np.ones((T_ROWS, 4))
+    runtimes[:, 0] = 10.0
+    sched = schedule(runtimes, 0.0, 4 * 20)
+    assert sched.time[-1] < 30  # sync would take 10 s an iteration
+    slow = np.repeat(sched.worker, sched.count) == 0
+    assert slow.sum() >= 2 and (sched.count >= 1).all()
+    assert sched.staleness[slow].mean() > 3 * sched.staleness[~slow].mean()
+
+
+def test_each_gradient_uses_its_workers_last_pull():
+    """Two equally fast workers (1 s a gradient) and a push that takes 0.5 s: worker 0 pushes
+    its first gradient at t=1 (applied at 1.5) while its second, started at 1, runs on theta_0."""
+    sched = schedule(np.ones((4, 2)), 0.5, 6)
+    assert sched.worker.tolist()[:3] == [0, 1, 0]
+    np.testing.assert_allclose(sched.time[:3], [1.5, 2.0, 2.5])
+    # gradient 0 of each worker and worker 0's gradient 1 (started at 1 < 1.5) are on theta_0
+    assert sched.pull.tolist()[:3] == [0, 0, 0]
+    assert sched.staleness.tolist()[:3] == [0, 1, 2]
+
+
+def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
+    """With momentum 0, the run's parameters equal applying, push by push, lr/n times the sum of
+    the pushed gradients, each computed on the parameters of its worker's pull (recomputed here
+    one gradient at a time from the schedule)."""
+    runtimes = np.random.default_rng(1).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
+    path = write(tmp_path, runtimes)
+    cfg = make_cfg(max_iterations=3, eval_every=3, momentum=0.0)
+    run = train_run(cfg, "digits", "cyclic", 0, path, tmp_path / "run")
+    m = metrics(run)
+    assert list(m.columns) == list(COLUMNS) and m["iteration"].iloc[-1] == 3
+    assert m["gradients"].sum() == 3 * N_WORKERS
+    np.testing.assert_allclose(m["lr"], 0.1 / N_WORKERS)
+
+    from bdsgd.tasks import load_task
+    from bdsgd.training.common import WorkerStreams, backward, take_gradient
+
+    data = load_task("digits", "data")
+    streams = WorkerStreams(len(data.train), N_WORKERS, 8, 0)
+    sched = schedule(runtimes, 0.05, 3 * N_WORKERS)
+    torch.manual_seed(0)
+    model = data.make_model()
+    thetas = [[p.detach().clone() for p in model.parameters()]]
+    g = 0
+    for w, k0, m_ in zip(sched.worker, sched.first, sched.count, strict=True):
+        total = None
+        for k, p in zip(range(k0, k0 + m_), sched.pull[g:g + m_], strict=True):
+            with torch.no_grad():
+                for param, value in zip(model.parameters(), thetas[p], strict=True):
+                    param.copy_(value)
+            x, y = data.batch(data.train, streams.batch(k, np.array([w])))
+            backward(model, x, y, 64, torch.device("cpu"))
+            grads = take_gradient(model)
+            total = grads if total is None else [a + b for a, b in zip(total, grads, strict=True)]
+        g += m_
+        thetas.append([t - 0.1 / N_WORKERS * d for t, d in zip(thetas[-1], total, strict=True)])
+    trained = torch.load(run / "model.pt", weights_only=True)
+    for value, expected in zip(trained.values(), thetas[-1], strict=True):
+        torch.testing.assert_close(value, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_only_the_pushed_gradients_are_computed(tmp_path, trace_path, monkeypatch):
+    """One backward pass per (worker, pull, push) group, over exactly the applied gradients."""
+    seen = []
+    backward = cyclic.backward
+
+    def counted(model, x, y, chunk, device):
+        seen.append(len(y))
+        return backward(model, x, y, chunk, device)
+
+    monkeypatch.setattr(cyclic, "backward", counted)
+    cfg = make_cfg(max_iterations=5, eval_every=5)
+    run = train_run(cfg, "digits", "cyclic", 0, trace_path, tmp_path / "run")
+    assert sum(seen) == 5 * N_WORKERS * 8  # samples: applied gradients x batch
+    got = summary(run)
+    assert got["gradients"] == 5 * N_WORKERS and set(STALENESS) <= got.keys()
+    assert got["pushes"] >= len(seen) / 2
+
+
+def test_resumed_cyclic_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
+    cfg = make_cfg(max_iterations=12, checkpoint_every=5)
+    whole = train_run(cfg, "digits", "cyclic", 0, trace_path, tmp_path / "whole")
+    crash_at_call(monkeypatch, cyclic, "apply_gradient", 8 * N_WORKERS)  # after row 5's checkpoint
+    resumed = interrupted_then_resumed(
+        monkeypatch, lambda out: train_run(cfg, "digits", "cyclic", 0, trace_path, out),
+        tmp_path / "resumed")
+    assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
+    assert json.loads((resumed / "result.json").read_text())["wallclock"][
+        "resumed_from_iteration"] == 5
+    a = torch.load(whole / "model.pt", weights_only=True)
+    b = torch.load(resumed / "model.pt", weights_only=True)
+    for name in a:
+        assert torch.equal(a[name], b[name])
+
+
+@pytest.mark.slow
+def test_cli_train_cyclic_writes_metrics_and_staleness(tmp_path, trace_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "experiment": "cli", "traces": {"t": {"source": "simulate"}},
+        "train": {"trace": "t", "tasks": ["digits"], "max_iterations": 6, "eval_every": 3,
+                  "batch_size": 8, "target_accuracy": {"digits": 0.5}}}))
+    out = tmp_path / "run"
+    proc = run_cli("train", "--config", config, "--task", "digits", "--policy", "cyclic",
+                   "--seed", "0", "--trace", trace_path, "--out", out)
+    assert "cyclic staleness" in proc.stdout, proc.stdout
+    assert metrics(out)["iteration"].iloc[-1] == 6
+    assert json.loads((out / "result.json").read_text())["policy"] == "cyclic"

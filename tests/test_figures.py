@@ -1,0 +1,219 @@
+"""bdsgd figures on a small hand-made results folder: every file in every format, one fixed colour
+per policy, the time-to-target interval, old runs without staleness, byte-identical tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bdsgd.figures import (
+    FALLBACK_COLOURS,
+    FIGURES,
+    NON_CUTOFF_MODES,
+    POLICY_COLOURS,
+    figure_files,
+    render,
+)
+from bdsgd.figures.render import (
+    SUMMARY_COLUMNS,
+    median_interval,
+    policy_colour,
+    policy_style,
+    render_all,
+    time_to_target_stats,
+)
+from bdsgd.policies import NAMES
+
+REPO = Path(__file__).resolve().parents[1]
+N_WORKERS, ROWS, EVAL_EVERY, TARGET = 4, 30, 5, 0.5
+# (policy, seed, iteration at which the run reaches the target or None, staleness columns?)
+RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
+       [("async", s, [10, None][s], True) for s in range(2)] + \
+       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)]
+
+
+def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.DataFrame:
+    """One run's metrics.parquet: accuracy climbs to 0.6 at ``reach`` (never: stays at 0.4)."""
+    it = np.arange(1, ROWS + 1)
+    step = 1.0 + 0.1 * seed + (0.5 if policy == "sync" else 0.0)
+    acc = np.where(it >= reach, 0.6, 0.4) if reach else np.full(ROWS, 0.4)
+    evaluated = (it % EVAL_EVERY == 0) | (it == ROWS)
+    cutoff = np.full(ROWS, N_WORKERS) if policy == "sync" else 2 + it % 2
+    df = pd.DataFrame({
+        "iteration": it, "virtual_time_s": step * it, "cutoff": cutoff,
+        "iteration_time_s": np.full(ROWS, step), "lr": np.full(ROWS, 0.1),
+        "train_loss": 2.0 / np.sqrt(it) + 0.01 * seed, "test_accuracy": np.where(evaluated, acc, np.nan),
+        "test_loss": np.where(evaluated, 1.0 - acc, np.nan)})
+    if new_style:
+        df["gradients"] = N_WORKERS if policy == "async" else cutoff
+        df["staleness"] = 1.5 if policy == "async" else 0.0
+    return df
+
+
+def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_style: bool):
+    run = results / f"runs/digits/{policy}/seed{seed}"
+    run.mkdir(parents=True)
+    metrics = _metrics(policy, seed, reach, new_style)
+    metrics.to_parquet(run / "metrics.parquet", index=False)
+    hit = metrics["virtual_time_s"][metrics["test_accuracy"] >= TARGET]
+    summary = {"task": "digits", "policy": policy, "seed": seed, "target_accuracy": TARGET,
+               "time_to_target_s": float(hit.iloc[0]) if len(hit) else None,
+               "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
+               "final_test_loss": float(metrics["test_loss"].iloc[-1]),
+               "gradients_per_s": 3.0, "mean_cutoff": float(metrics["cutoff"].mean()),
+               "iterations": ROWS, "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
+               "n_workers": N_WORKERS}
+    if policy in NON_CUTOFF_MODES:
+        summary |= {"mean_staleness": 1.5, "max_staleness": 3, "staleness_p50": 1.0,
+                    "staleness_p90": 3.0}
+    (run / "result.json").write_text(json.dumps({"summary": summary}))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """A results folder as the DAG lays it out: one trace, its throughput replay and model
+    predictions, and the convergence runs of RUNS."""
+    results = tmp_path_factory.mktemp("figures") / "results"
+    rng = np.random.default_rng(0)
+    for sub in ("traces/sim", "throughput/sim", "models/sim"):
+        (results / sub).mkdir(parents=True)
+    pd.DataFrame({"runtime_s": rng.lognormal(size=200)}).to_parquet(
+        results / "traces/sim/trace.parquet")
+    policies = {"sync": None, "static": None, "bdsgd": "rate", "bdsgd/ratio": "ratio",
+                "oracle": None, "explore-bdsgd": "rate"}
+    (results / "throughput/sim/throughput.json").write_text(json.dumps({"policies": {
+        name: {"rule": rule, "gradients_per_s": 3.0, "relative_to_oracle": 0.9 - 0.1 * i,
+               "mean_cutoff": 3.0, "cutoff_std": 0.5}
+        for i, (name, rule) in enumerate(policies.items())}}))
+    pd.DataFrame([{"policy": p, "iteration": t, "cutoff": 1 + (t + i) % N_WORKERS}
+                  for i, p in enumerate(policies) for t in range(40)]).to_parquet(
+        results / "throughput/sim/decisions.parquet")
+    pd.DataFrame([{"order": c, "iteration": t, "predicted_mean": 1.0 + c, "lo90": 0.5 + c,
+                   "hi90": 1.5 + c, "realised": 1.0 + c + 0.1 * t % 1}
+                  for c in (2, 4) for t in range(20)]).to_parquet(
+        results / "models/sim/predictions.parquet")
+    for run in RUNS:
+        _write_run(results, *run)
+    return results
+
+
+def expected_files() -> set[str]:
+    return {out for file, _, _ in FIGURES.values() for out in figure_files(file)}
+
+
+def test_every_figure_in_every_format(results, tmp_path):
+    written = render_all(results, tmp_path / "a")
+    assert {p.name for p in written} == expected_files()
+    assert len(written) == len(expected_files())
+    for path in written:
+        head = path.read_bytes()[:8]
+        if path.suffix == ".png":
+            assert head.startswith(b"\x89PNG") and path.stat().st_size > 10_000, path
+        elif path.suffix == ".pdf":
+            assert head.startswith(b"%PDF"), path
+    assert not list((tmp_path / "a").glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_rerender_is_byte_identical(results, tmp_path):
+    """Tables must repeat byte for byte; the PNGs and PDFs do too on the same libraries."""
+    render_all(results, tmp_path / "a")
+    render_all(results, tmp_path / "b")
+    for name in sorted(expected_files()):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_figure_files_lists_a_pdf_beside_every_png():
+    assert figure_files("summary.csv") == ["summary.csv"]
+    assert figure_files("loss_curves.png") == ["loss_curves.png", "loss_curves.pdf"]
+    for name, (file, caption, _) in FIGURES.items():
+        assert (REPO / "workflow/report" / caption).is_file(), name
+        assert file.endswith((".csv", ".png")), name
+
+
+def test_summary_columns_only_appended(results, tmp_path):
+    render_all(results, tmp_path)
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert list(summary.columns) == SUMMARY_COLUMNS
+    assert SUMMARY_COLUMNS[:10] == ["task", "policy", "seed", "time_to_target_s",
+                                    "final_accuracy", "gradients_per_s", "mean_cutoff",
+                                    "iterations", "virtual_time_s", "target_accuracy"]
+    assert len(summary) == len(RUNS)
+    staleness = summary.set_index(["policy", "seed"])["mean_staleness"]
+    assert staleness["async", 0] == 1.5 and np.isnan(staleness["sync", 0])
+    assert (summary["n_workers"] == N_WORKERS).all()
+
+
+def test_old_runs_without_staleness_read_as_unavailable(results):
+    _, metrics = render.load_runs(results)
+    old = metrics[metrics["policy"] == "bdsgd"]
+    assert len(old) == 2 * ROWS  # every row, not only the evaluated ones
+    assert old["staleness"].isna().all() and old["gradients"].isna().all()
+    assert (metrics.loc[metrics["policy"] == "async", "staleness"] == 1.5).all()
+
+
+# ----------------------------------------------------------------------------- colours
+def test_every_policy_and_mode_has_its_own_fixed_colour():
+    names = (*NAMES, *NON_CUTOFF_MODES)
+    assert set(POLICY_COLOURS) == set(names)
+    assert len(set(POLICY_COLOURS.values())) == len(POLICY_COLOURS)  # no two alike
+    for name in names:
+        assert policy_style(name) == {"color": POLICY_COLOURS[name], "ls": "-"}
+    # explore-<p>: p's colour, dashed; a name not in the table: the same fallback every time
+    assert policy_style("explore-bdsgd") == {"color": POLICY_COLOURS["bdsgd"], "ls": "--"}
+    assert policy_colour("new-policy") in FALLBACK_COLOURS
+    assert policy_colour("new-policy") == policy_colour("new-policy")
+
+
+def test_figures_draw_each_policy_in_its_colour(results, tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(render, "_save", lambda fig, path: figures.append(fig) or [path])
+    summary, metrics = render.load_runs(results)
+    render.time_to_accuracy(metrics, summary, tmp_path / "t.png")
+    render.loss_curves(metrics, tmp_path / "l.png")
+    render.training_cutoff(metrics, summary, tmp_path / "c.png")
+    drawn = {}
+    for fig in figures:
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                if not line.get_label().startswith(("_", "target")):
+                    drawn.setdefault(line.get_label(), set()).add(line.get_color())
+    assert drawn == {p: {policy_colour(p)} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
+    # the cutoff figure has the cutoff policies only
+    cutoff_labels = {line.get_label() for line in figures[2].axes[0].get_lines()}
+    assert not cutoff_labels & set(NON_CUTOFF_MODES)
+    for fig in figures:
+        render.plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- intervals
+def test_median_interval_by_hand():
+    # two seeds: the median and min to max, no bootstrap
+    assert median_interval([30.0, 10.0]) == (20.0, 10.0, 30.0)
+    assert median_interval([7.0]) == (7.0, 7.0, 7.0)
+    # three seeds: a resample's median is the smallest value when two or three of its three
+    # draws are, with probability 3 (1/3)^2 (2/3) + (1/3)^3 = 7/27, far above 2.5%, and the
+    # largest likewise, so the 95% percentile interval is min to max
+    assert median_interval([10.0, 40.0, 20.0]) == (20.0, 10.0, 40.0)
+    assert all(np.isnan(median_interval([])))
+
+
+def test_median_interval_bootstrap_narrows_with_more_seeds():
+    values = np.arange(1.0, 21.0)
+    median, low, high = median_interval(values)
+    assert median == 10.5 and 1.0 < low < median < high < 20.0
+    assert median_interval(values) == (median, low, high)  # fixed seed: the same every time
+
+
+def test_time_to_target_stats_count_seeds_that_reached():
+    summary = pd.DataFrame({"task": "t", "policy": ["a", "a", "a", "b", "b"],
+                            "seed": [0, 1, 2, 0, 1],
+                            "time_to_target_s": [10.0, None, 30.0, None, None]})
+    stats = time_to_target_stats(summary).set_index("policy")
+    assert stats.loc["a", ["seeds", "reached", "median", "low", "high"]].tolist() == \
+        [3, 2, 20.0, 10.0, 30.0]
+    assert stats.loc["b", ["seeds", "reached"]].tolist() == [2, 0]
+    assert np.isnan(stats.loc["b", "median"])
