@@ -144,18 +144,19 @@ def test_resumed_async_run_equals_uninterrupted_run(tmp_path, trace_path, monkey
 
 
 @pytest.mark.slow
-def test_cli_train_async_writes_metrics_and_staleness(tmp_path, trace_path):
+@pytest.mark.parametrize("mode", ["async", "cyclic"])
+def test_cli_train_mode_writes_metrics_and_staleness(tmp_path, trace_path, mode):
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({
         "experiment": "cli", "traces": {"t": {"source": "simulate"}},
         "train": {"trace": "t", "tasks": ["digits"], "max_iterations": 6, "eval_every": 3,
                   "batch_size": 8, "target_accuracy": {"digits": 0.5}}}))
     out = tmp_path / "run"
-    proc = run_cli("train", "--config", config, "--task", "digits", "--policy", "async",
+    proc = run_cli("train", "--config", config, "--task", "digits", "--policy", mode,
                    "--seed", "0", "--trace", trace_path, "--out", out)
-    assert "async staleness" in proc.stdout, proc.stdout
-    assert len(metrics(out)) == 6 and list(metrics(out).columns) == list(COLUMNS)
+    assert f"{mode} staleness" in proc.stdout, proc.stdout
+    assert metrics(out)["iteration"].iloc[-1] == 6 and list(metrics(out).columns) == list(COLUMNS)
     result = json.loads((out / "result.json").read_text())
-    assert result["policy"] == "async"
+    assert result["policy"] == mode
     assert set(STALENESS) <= result["summary"].keys()
     assert result["summary"]["mean_staleness"] > 0

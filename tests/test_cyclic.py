@@ -1,4 +1,5 @@
-"""Cyclic updates with dynamic delays: the token's schedule, the update rule, cost, resume, CLI."""
+"""Cyclic updates with dynamic delays: the token's schedule, the update rule, cost, resume (the
+CLI run is test_asynchronous's, for both modes)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
-from conftest import run_cli
 from test_asynchronous import STALENESS, summary, write
 from test_training import (
     N_WORKERS,
@@ -154,16 +153,12 @@ def test_resumed_cyclic_run_equals_uninterrupted_run(tmp_path, trace_path, monke
         assert torch.equal(a[name], b[name])
 
 
-@pytest.mark.slow
-def test_cli_train_cyclic_writes_metrics_and_staleness(tmp_path, trace_path):
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "experiment": "cli", "traces": {"t": {"source": "simulate"}},
-        "train": {"trace": "t", "tasks": ["digits"], "max_iterations": 6, "eval_every": 3,
-                  "batch_size": 8, "target_accuracy": {"digits": 0.5}}}))
-    out = tmp_path / "run"
-    proc = run_cli("train", "--config", config, "--task", "digits", "--policy", "cyclic",
-                   "--seed", "0", "--trace", trace_path, "--out", out)
-    assert "cyclic staleness" in proc.stdout, proc.stdout
-    assert metrics(out)["iteration"].iloc[-1] == 6
-    assert json.loads((out / "result.json").read_text())["policy"] == "cyclic"
+def test_free_pushes_make_the_schedule_asynchronous_sgds():
+    """comm_s = 0: each worker pushes the instant its gradient finishes, so the updates, their
+    order and their staleness are asynchronous SGD's."""
+    runtimes = np.random.default_rng(4).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
+    c, a = schedule(runtimes, 0.0, 60), asynchronous.schedule(runtimes, 0.0, 60)
+    assert (c.count == 1).all()
+    np.testing.assert_array_equal(c.worker, a.worker)
+    np.testing.assert_array_equal(c.staleness, a.staleness)
+    np.testing.assert_allclose(c.time, a.arrival)

@@ -28,7 +28,12 @@ a fast worker's gradients within one turn share one push: it communicates once p
 many gradients it finished, which is what accumulating locally buys. The price: the gradient in
 progress during a worker's push started on the parameters of its previous pull, so at equal
 speeds, with a token faster than the gradients, staleness is about 2n - 1 updates where
-asynchronous SGD's is n - 1 at most.
+asynchronous SGD's is n - 1 at most. With comm_s = 0 a push costs nothing, every worker pushes
+at the instant it finishes a gradient and pulls before starting the next, and the schedule is
+asynchronous SGD's (``asynchronous``) update for update (where no two gradients finish at the
+same instant: there async's workers pull after the instant's last update, these after their
+own). The two differ in what communication costs: one serialised push per turn here, one
+unserialised exchange per gradient there.
 
 Budget and rows as in ``asynchronous``: the run applies train.max_iterations * n gradients (the
 last push takes only what is left of the budget); a metrics row ends when the applied count
