@@ -25,6 +25,18 @@ def test_schema_and_dataclasses_agree():
         assert {f.name for f in dataclasses.fields(cls)} == set(section["properties"]), cls.__name__
 
 
+def test_schema_policy_names_are_the_registrys():
+    """Every registry policy, explore-<p> around every predictive one and both training modes
+    may be trained; the throughput stage replays all but the training mode cyclic."""
+    from bdsgd.policies import MODES, NAMES, spec
+
+    defs = yaml.safe_load(C.SCHEMA_PATH.read_text())["$defs"]
+    trained = set(defs["policy"]["enum"])
+    explore = {f"explore-{p}" for p in NAMES if spec(p).predictive}
+    assert trained == set(NAMES) | explore | set(MODES)
+    assert set(defs["replayed_policy"]["enum"]) == trained - {"cyclic"}
+
+
 def test_workflow_schema_is_the_package_schema():
     assert (REPO / "workflow/schemas/config.schema.yaml").resolve() == C.SCHEMA_PATH.resolve()
 

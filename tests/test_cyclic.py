@@ -98,13 +98,22 @@ def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
     data = load_task("digits", "data")
     streams = WorkerStreams(len(data.train), N_WORKERS, 8, 0)
     sched = schedule(runtimes, 0.05, 3 * N_WORKERS)
+    # each gradient's parameters, from the rule: its worker's last push (applied, and pulled,
+    # at sched.time) at or before the gradient's start, the end of the worker's previous one
+    finish = np.cumsum(runtimes[np.arange(40) % T_ROWS], axis=0)
+    pulls = []
+    for w, k0, m_ in zip(sched.worker, sched.first, sched.count, strict=True):
+        for k in range(k0, k0 + m_):
+            start = finish[k - 1, w] if k > 0 else 0.0
+            mine = np.flatnonzero((sched.worker == w) & (sched.time <= start))
+            pulls.append(int(mine[-1]) + 1 if len(mine) else 0)
     torch.manual_seed(0)
     model = data.make_model()
     thetas = [[p.detach().clone() for p in model.parameters()]]
     g = 0
     for w, k0, m_ in zip(sched.worker, sched.first, sched.count, strict=True):
         total = None
-        for k, p in zip(range(k0, k0 + m_), sched.pull[g:g + m_], strict=True):
+        for k, p in zip(range(k0, k0 + m_), pulls[g:g + m_], strict=True):
             with torch.no_grad():
                 for param, value in zip(model.parameters(), thetas[p], strict=True):
                     param.copy_(value)

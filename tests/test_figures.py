@@ -18,14 +18,8 @@ from bdsgd.figures import (
     figure_files,
     render,
 )
-from bdsgd.figures.render import (
-    SUMMARY_COLUMNS,
-    median_interval,
-    policy_colour,
-    policy_style,
-    render_all,
-    time_to_target_stats,
-)
+from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
+from bdsgd.figures.stats import median_interval, time_to_target_stats
 from bdsgd.policies import NAMES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,21 +185,21 @@ def test_figures_draw_each_policy_in_its_colour(results, tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- intervals
 def test_median_interval_by_hand():
-    # two seeds: the median and min to max, no bootstrap
-    assert median_interval([30.0, 10.0]) == (20.0, 10.0, 30.0)
-    assert median_interval([7.0]) == (7.0, 7.0, 7.0)
-    # three seeds: a resample's median is the smallest value when two or three of its three
-    # draws are, with probability 3 (1/3)^2 (2/3) + (1/3)^3 = 7/27, far above 2.5%, and the
-    # largest likewise, so the 95% percentile interval is min to max
-    assert median_interval([10.0, 40.0, 20.0]) == (20.0, 10.0, 40.0)
+    # fewer than six seeds: min to max, with its coverage of the median 1 - 2^(1 - m)
+    assert median_interval([30.0, 10.0]) == (20.0, 10.0, 30.0, 0.5)
+    assert median_interval([10.0, 40.0, 20.0]) == (20.0, 10.0, 40.0, 0.75)
+    assert median_interval([5.0, 1.0, 4.0, 2.0, 3.0]) == (3.0, 1.0, 5.0, 0.9375)
     assert all(np.isnan(median_interval([])))
+    # a seed that never reached the target sorts last
+    assert median_interval([10.0, np.inf, 20.0]) == (20.0, 10.0, np.inf, 0.75)
 
 
-def test_median_interval_bootstrap_narrows_with_more_seeds():
-    values = np.arange(1.0, 21.0)
-    median, low, high = median_interval(values)
-    assert median == 10.5 and 1.0 < low < median < high < 20.0
-    assert median_interval(values) == (median, low, high)  # fixed seed: the same every time
+def test_median_interval_narrows_to_the_order_statistics_that_cover_95_percent():
+    """20 seeds: [x_(6), x_(15)] covers the median with P(6 <= Bin(20, 1/2) <= 14) = 0.9586;
+    [x_(7), x_(14)] would cover only 0.8847."""
+    median, low, high, coverage = median_interval(np.arange(1.0, 21.0))
+    assert (median, low, high) == (10.5, 6.0, 15.0)
+    assert coverage == pytest.approx(0.958611, abs=1e-6)
 
 
 def test_time_to_target_stats_count_seeds_that_reached():
@@ -213,7 +207,8 @@ def test_time_to_target_stats_count_seeds_that_reached():
                             "seed": [0, 1, 2, 0, 1],
                             "time_to_target_s": [10.0, None, 30.0, None, None]})
     stats = time_to_target_stats(summary).set_index("policy")
+    # the seed that never reached counts as infinitely slow
     assert stats.loc["a", ["seeds", "reached", "median", "low", "high"]].tolist() == \
-        [3, 2, 20.0, 10.0, 30.0]
+        [3, 2, 30.0, 10.0, np.inf]
     assert stats.loc["b", ["seeds", "reached"]].tolist() == [2, 0]
-    assert np.isnan(stats.loc["b", "median"])
+    assert np.isinf(stats.loc["b", "median"])

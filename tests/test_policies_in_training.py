@@ -74,8 +74,11 @@ def test_the_two_part_step_is_the_same_update_and_measures_the_noise():
         torch.manual_seed(0)
         model = data.make_model()
         models.append((model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    for model, optimizer in models:  # a step before leaves its .grad behind
+        sgd_step(model, optimizer, x[:8], y[:8], 64, cpu)
     parts = []
     for xs, ys in ((x[:24], y[:24]), (x[24:], y[24:]), (x, y)):
+        models[0][0].zero_grad(set_to_none=True)
         backward(models[0][0], xs, ys, 64, cpu)
         parts.append(sum(float((g * g).sum()) for g in take_gradient(models[0][0])))
     loss, stats = noise_step(*models[0], x, y, 24, 7, cpu)
@@ -124,3 +127,16 @@ def test_staleness_scaled_learning_rate(tmp_path, mode):
     np.testing.assert_allclose(metrics(runs["none"])["lr"], 0.1 / N_WORKERS)
     assert metrics(runs["none"])["train_loss"].iloc[-1] != metrics(runs["inverse"])[
         "train_loss"].iloc[-1]
+
+
+def test_staleness_scaling_is_the_same_rule_in_both_modes(tmp_path):
+    """With free pushes cyclic's schedule is async's, so under staleness_lr inverse (with
+    momentum) both must train the same parameters: each scales the gradient, not the rate."""
+    runtimes = np.random.default_rng(2).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
+    path = write(tmp_path, runtimes, "trace")
+    cfg = make_cfg(comm_s=0.0, max_iterations=4, eval_every=4, staleness_lr="inverse",
+                   momentum=0.9)
+    a, c = (torch.load(train_run(cfg, "digits", mode, 0, path, tmp_path / mode) / "model.pt",
+                       weights_only=True) for mode in ("async", "cyclic"))
+    for name, value in a.items():
+        torch.testing.assert_close(c[name], value, rtol=1e-5, atol=1e-7)

@@ -97,18 +97,40 @@ def test_estimator_halflife_weights_recent_observations():
 @pytest.mark.parametrize(("n", "batch"), [(1, 1), (8, 32), (158, 4)])
 def test_worth_limits(n, batch):
     c = np.arange(1, n + 1)
-    np.testing.assert_array_equal(worth(c, n, batch, None), c)
-    np.testing.assert_array_equal(worth(c, n, batch, float("inf")), c)
+    np.testing.assert_array_equal(worth(c, n, batch, None), c)  # no estimate: throughput
+    # infinite noise under linear scaling: every gradient counts alike
+    np.testing.assert_allclose(worth(c, n, batch, float("inf")), c, rtol=1e-12)
     np.testing.assert_allclose(worth(c, n, batch, 1e15), c, rtol=1e-9)
-    np.testing.assert_array_equal(worth(c, n, batch, 0.0), np.full(n, n))
+    # no noise: at one rate for every c each step is worth the full batch's; under linear
+    # scaling a small batch's step is as useful per unit of rate, and shorter
+    np.testing.assert_array_equal(worth(c, n, batch, 0.0, "none"), np.full(n, n))
+    np.testing.assert_allclose(worth(c, n, batch, 0.0), c * (2 * n - c) / n)
     for scale in (1e-3, 1.0, 37.5, n * batch, 1e6):
         w = worth(c, n, batch, scale)
         assert w[-1] == n  # exactly
-        assert np.all(w >= c) and np.all(w <= n)
+        np.testing.assert_allclose(w, c * (scale + (2 * n - c) * batch) / (scale + n * batch))
+        assert np.all(w >= c * (1 - 1e-12)) and np.all(w <= c * (2 * n - c) / n * (1 + 1e-12))
         assert np.all(np.diff(w) >= 0)
+        assert worth(c, n, batch, scale, "sqrt")[-1] == n
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="noise scale"):
             worth(c, n, batch, bad)
+
+
+def test_worth_is_the_quadratic_models_loss_decrease():
+    """worth(c) / n = dL(eps_c, c b) / dL(eps_n, n b) on dL(eps, B) = eps |g|^2 - eps^2 g'Hg
+    (1 + B_noise / B) / 2 with eps_n the best step for n b samples, for each lr scaling."""
+    n, b, noise = 16, 8, 200.0
+    g2, ghg = 3.0, 1.5
+    eps_n = (g2 / ghg) / (1 + noise / (n * b))  # eps_opt(n b)
+    c = np.arange(1, n + 1)
+
+    def decrease(eps, B):
+        return eps * g2 - eps ** 2 * ghg * (1 + noise / B) / 2
+
+    for scaling, s in (("linear", c / n), ("sqrt", np.sqrt(c / n)), ("none", np.ones(n))):
+        expected = n * decrease(s * eps_n, c * b) / decrease(eps_n, n * b)
+        np.testing.assert_allclose(worth(c, n, b, noise, scaling), expected, rtol=1e-12)
 
 
 # ------------------------------------------------------------------------------- decisions
@@ -144,7 +166,7 @@ def test_large_noise_decides_as_throughput_and_tiny_noise_takes_the_fastest():
         min_gain = float(rng.choice([0.0, 0.2]))
         assert decide(expected, rule, rate, 0.1, min_gain, worth(c, n, batch, 1e12)) == \
             decide(expected, rule, rate, 0.1, min_gain)
-        assert decide(expected, rule, rate, 0.1, min_gain, worth(c, n, batch, 1e-9)) == 1
+        assert decide(expected, rule, rate, 0.1, min_gain, worth(c, n, batch, 1e-9, "none")) == 1
 
 
 def run(policy, x, gradients=None):
@@ -166,18 +188,20 @@ def test_policy_progress_objective(rule):
     x = np.random.default_rng(3).lognormal(0.0, 0.6, (80, n))
     expected = np.linspace(1.0, 2.0, n)
 
-    def policy(objective):
-        return PredictivePolicy("p", Fixed(expected), rule, 0.05, n, 20.0, 0.2, objective, batch)
+    def policy(objective, lr_scaling="none"):
+        return PredictivePolicy("p", Fixed(expected), rule, 0.05, n, 20.0, 0.2, objective, batch,
+                                lr_scaling)
 
     throughput = run(policy("throughput"), x)
     # no gradient norms (or only under "throughput"): the throughput rule exactly
     assert run(policy("progress"), x) == throughput
     assert run(policy("throughput"), x, gradients=(1e3, 1.0)) == throughput
-    # a huge noise scale: every gradient counts alike
-    noisy = policy("progress")
+    # a huge noise scale under linear scaling: every gradient counts alike
+    noisy = policy("progress", "linear")
     assert run(noisy, x, gradients=(1e14, 1.0)) == throughput
     assert noisy.noise_scale == pytest.approx(1e14)
-    # almost no noise: one worker's batch makes as much progress as n's, so take the fastest
+    # almost no noise, one rate for every c: one worker's batch makes as much progress as n's,
+    # so take the fastest
     quiet = policy("progress")
     chosen = run(quiet, x, gradients=(1e-8, 1.0))
     assert chosen == [n] + [1] * (len(x) - 1)  # n first: no noise estimate before an iteration

@@ -29,12 +29,12 @@ from bdsgd.training.virtual import train_run
 N_WORKERS, T_ROWS = 6, 12
 
 
-def make_cfg(wandb_mode="disabled", static_backups=2, **train):
+def make_cfg(wandb_mode="disabled", static_backups=2, comm_s=0.05, **train):
     base = {"trace": "t", "tasks": ["digits"], "max_iterations": 30, "eval_every": 5,
             "batch_size": 8, "learning_rate": 0.1, "checkpoint_every": 10}
     return from_dict({"experiment": "test", "traces": {"t": {"source": "simulate"}},
                       "policies": {"static_backups": static_backups},
-                      "throughput": {"comm_s": 0.05},
+                      "throughput": {"comm_s": comm_s},
                       "train": {**base, **train}, "wandb": {"mode": wandb_mode}})
 
 

@@ -39,6 +39,7 @@ from bdsgd.figures import (  # noqa: E402
     NON_CUTOFF_MODES,
     POLICY_COLOURS,
 )
+from bdsgd.figures.stats import time_to_target_stats  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
 from bdsgd.traces.io import META_KEY  # noqa: E402
 
@@ -52,9 +53,6 @@ THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to
 OPTIONAL_METRICS = ("gradients", "staleness")
 FLOAT_FORMAT = "%.10g"
 BAND_POINTS = 200  # grid points a curve over seeds is interpolated onto
-BOOTSTRAP_DRAWS = 2000
-BOOTSTRAP_SEED = 0  # fixed, so the same results draw the same intervals
-INTERVAL = 95  # percent, the time-to-target interval
 # No creation date in the PDF: the same figure gives the same bytes.
 SAVE_OPTIONS = {"png": {"dpi": 130}, "pdf": {"metadata": {"CreationDate": None}}}
 
@@ -144,34 +142,6 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
 
 
-# ----------------------------------------------------------------------------- statistics
-def median_interval(values) -> tuple[float, float, float]:
-    """(median, low, high) of a few values, one per seed. From three values on, the interval is
-    the INTERVAL% bootstrap percentile interval of the median (fixed seed); below three a
-    bootstrap says nothing, so it is the min to the max. NaNs when there are no values."""
-    x = np.asarray(values, dtype=float)
-    if len(x) == 0:
-        return np.nan, np.nan, np.nan
-    if len(x) < 3:
-        return float(np.median(x)), float(x.min()), float(x.max())
-    draws = np.random.default_rng(BOOTSTRAP_SEED).choice(x, size=(BOOTSTRAP_DRAWS, len(x)))
-    tail = (100 - INTERVAL) / 2
-    low, high = np.percentile(np.median(draws, axis=1), [tail, 100 - tail])
-    return float(np.median(x)), float(low), float(high)
-
-
-def time_to_target_stats(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per task and policy: seeds run, seeds that reached the target, and the median time to
-    target with its interval (``median_interval``) over the seeds that reached it."""
-    rows = []
-    for (task, policy), runs in summary.groupby(["task", "policy"]):
-        reached = runs["time_to_target_s"].dropna().astype(float)
-        median, low, high = median_interval(reached.to_numpy())
-        rows.append({"task": task, "policy": policy, "seeds": len(runs), "reached": len(reached),
-                     "median": median, "low": low, "high": high})
-    return pd.DataFrame(rows, columns=["task", "policy", "seeds", "reached", "median", "low", "high"])
-
-
 def _over_seeds(runs: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
     """Each seed's y interpolated onto one grid of x, over the range every seed covers:
     (grid, array seeds x grid)."""
@@ -209,19 +179,26 @@ def _tasks(metrics: pd.DataFrame, width: float, height: float, columns: int = 1,
 
 # ----------------------------------------------------------------------------- figures
 def _time_to_target_panel(ax, stats: pd.DataFrame) -> None:
-    """Median time to target per policy with its interval; pale where some seeds never reached
-    it, and 'k/m reached' over every policy."""
+    """Median time to target per policy with its interval (an arrow where the interval is
+    unbounded: some seeds never reached the target); pale where any seed never reached it, and
+    'k/m reached' over every policy."""
+    finite = stats[["median", "low", "high"]].to_numpy()
+    top = 1.15 * np.max(finite[np.isfinite(finite)], initial=1.0)
     for i, s in enumerate(stats.itertuples()):
-        if s.reached:
+        if np.isfinite(s.median):
             ax.bar(i, s.median, **_bar_style(s.policy, 1.0 if s.reached == s.seeds else 0.4))
-            ax.errorbar(i, s.median, yerr=[[s.median - s.low], [s.high - s.median]],
-                        color="k", capsize=3, lw=1)
-        ax.annotate(f"{s.reached}/{s.seeds}\nreached", (i, 0 if np.isnan(s.high) else s.high),
+        if np.isfinite(s.low):
+            high = min(s.high, top)
+            ax.plot([i, i], [s.low, high], color="k", lw=1)
+            ax.plot(i, high, marker="^" if np.isinf(s.high) else "_", color="k", ms=6)
+            ax.plot(i, s.low, marker="_", color="k", ms=6)
+        ax.annotate(f"{s.reached}/{s.seeds}\nreached", (i, min(s.high, top) if s.reached else 0),
                     xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                     fontsize=7, color="k" if s.reached == s.seeds else "firebrick")
     ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
     ax.margins(y=0.2)
-    ax.set(title="time to target (median, interval)", ylabel="virtual time (s)")
+    coverage = stats["coverage"].min()
+    ax.set(title=f"time to target (median, {coverage:.0%}+ interval)", ylabel="virtual time (s)")
 
 
 def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:

@@ -71,7 +71,7 @@ def is_known(name: str) -> bool:
 def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | None = None,
                 seed: int = 0, comm_s: float = 0.0, runtimes: np.ndarray | None = None,
                 model=None, truth=None, offset: int = 0, objective: str = "throughput",
-                batch: int = 1):
+                batch: int = 1, lr_scaling: str = "linear"):
     """Build policy ``name`` for n workers. ``rule`` None means ``cfg.rule``. ``runtimes`` (T, n)
     is the future, for the oracles only (replayed cyclically); ``model`` a loaded run-time model
     (bdsgd); ``truth`` the simulator's latent state (bayes), whose iteration ``offset`` is the
@@ -101,7 +101,7 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     if name.startswith("explore-"):
         inner = make_policy(name.removeprefix("explore-"), n_workers, cfg, rule=rule, seed=seed,
                             comm_s=comm_s, model=model, truth=truth, offset=offset,
-                            objective=objective, batch=batch)
+                            objective=objective, batch=batch, lr_scaling=lr_scaling)
         return Explore(inner, n_workers, cfg.explore_prob, seed)
     if name == "sync":
         return Sync(n_workers)
@@ -126,4 +126,4 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
     min_gain = cfg.min_gain if need.learns else 0.0
     return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain,
-                            objective, batch)
+                            objective, batch, lr_scaling)

@@ -111,14 +111,15 @@ class PredictivePolicy:
     once.
 
     ``objective`` "throughput" counts a cutoff c as c gradients; "progress" as worth(c), the
-    expected loss decrease of a step over c workers' batches of ``batch`` samples, from the
+    expected loss decrease of a step over c workers' batches of ``batch`` samples at the
+    learning rate that ``lr_scaling`` (train.lr_scaling) gives c, from the
     gradient noise scale that ``observe_gradients`` estimates (``bdsgd.policies.progress``; the
     same halflife). lambda_hat is then worth per second.
     """
 
     def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int,
                  halflife: float = 100.0, min_gain: float = 0.0, objective: str = "throughput",
-                 batch: int = 1):
+                 batch: int = 1, lr_scaling: str = "linear"):
         if rule not in RULES:
             raise ValueError(f"unknown decision rule {rule!r}; choose from {RULES}")
         if objective not in OBJECTIVES:
@@ -127,7 +128,7 @@ class PredictivePolicy:
             raise ValueError(f"batch must be >= 1, got {batch}")
         self.name, self.predictor, self.rule = name, predictor, rule
         self.comm_s, self.n, self.min_gain = comm_s, n_workers, min_gain
-        self.objective, self.batch = objective, batch
+        self.objective, self.batch, self.lr_scaling = objective, batch, lr_scaling
         self.noise = GradientNoise(halflife) if objective == "progress" else None
         self.decay = 0.5 ** (1.0 / halflife)
         self.gradients, self.seconds = 0.0, 0.0  # exponentially weighted sums (of worth)
@@ -146,7 +147,7 @@ class PredictivePolicy:
         """worth(c) under "progress"; None under "throughput" (c itself)."""
         if self.noise is None:
             return None
-        return worth(c, self.n, self.batch, self.noise.scale)
+        return worth(c, self.n, self.batch, self.noise.scale, self.lr_scaling)
 
     def choose(self) -> int:
         self.chosen = True

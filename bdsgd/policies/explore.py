@@ -31,6 +31,11 @@ class Explore:
     def observe(self, obs: Observation) -> None:
         self.inner.observe(obs)
 
+    @property
+    def noise_scale(self) -> float | None:
+        """The inner policy's gradient noise scale estimate, if it keeps one."""
+        return getattr(self.inner, "noise_scale", None)
+
     def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
                           b_big: float) -> None:
         """Forwarded to the inner policy, if it estimates the gradient noise scale."""

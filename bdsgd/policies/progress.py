@@ -1,27 +1,33 @@
 """The objective-aware cutoff: expected loss decrease per second, not gradients per second.
 
-Accepting c of n workers, each with a mini-batch of b samples, averages B = c b samples. With a
-step size tuned to the batch, the expected loss decrease of one SGD step is (McCandlish, Kaplan,
-Amodei et al. 2018, "An Empirical Model of Large-Batch Training", section 2)
+Accepting c of n workers, each with a mini-batch of b samples, averages B = c b samples. On a
+locally quadratic loss (McCandlish, Kaplan, Amodei et al. 2018, "An Empirical Model of
+Large-Batch Training", section 2 and appendix A) one SGD step of size eps on that average
+decreases the loss in expectation by
 
-    dL(B) = dL_max / (1 + B_noise / B),    B_noise ~ tr(Sigma) / |g|^2 (the "simple" noise scale),
+    dL(eps, B) = eps |g|^2 - (eps^2 / 2) g'Hg (1 + B_noise / B),   B_noise ~ tr(Sigma) / |g|^2,
 
-with g the true gradient and Sigma the covariance of one sample's gradient. The optimal step is
-eps_max / (1 + B_noise / B), ~ eps_max B / B_noise for B << B_noise: the linear learning-rate
-scaling (lr c / n) the trainer uses is its form in that regime. The worth of cutoff c, in
-gradient units and normalised so that worth(n) = n, is dL(c b) / dL(n b) times n:
+g the true gradient, H the Hessian, Sigma the covariance of one sample's gradient (B_noise is
+the "simple" noise scale, exact when H is a multiple of the identity). Its best step is
+eps_opt(B) = eps_max / (1 + B_noise / B), eps_max = |g|^2 / g'Hg. The trainer's step at cutoff
+c is eps_c = s(c) eps_n, with s the train.lr_scaling factor of c / n (``LR_SCALING``: c / n,
+sqrt(c / n) or 1) and eps_n train.learning_rate, the rate at c = n. Taking that rate as tuned
+for the full batch, eps_n = eps_opt(n b), so eps_max = eps_n (1 + B_noise / (n b)), and
 
-    worth(c) = c (n b + B_noise) / (c b + B_noise).
+    dL(c) / dL(n) = 2 s - s^2 r,    r = (1 + B_noise / (c b)) / (1 + B_noise / (n b)).
 
-B_noise -> inf gives worth(c) = c: every gradient counts alike, the throughput rule exactly.
-B_noise -> 0 gives worth(c) = n for every c: a step's progress does not depend on its batch, so
-take the fastest. The decision rules (``bdsgd.policies.base.decide``) then maximise
-worth(c) / (E[x_(c)] + comm) (ratio) or worth(c) - lambda_hat (E[x_(c)] + comm) (rate), with
-lambda_hat the recent worth per second.
+The worth of cutoff c is that ratio in gradient units, worth(c) = n (2 s - s^2 r), so worth(n)
+= n. Under linear scaling it is c (B_noise + (2n - c) b) / (B_noise + n b): c itself as B_noise
+-> inf (every gradient counts alike: the throughput rule exactly) and up to c (2n - c) / n as
+B_noise -> 0 (a small batch's step is as useful, only shorter). Under lr_scaling none and no
+noise every c is worth n: take the fastest. The decision rules (``bdsgd.policies.base.decide``)
+then maximise worth(c) / (E[x_(c)] + comm) (ratio) or worth(c) - lambda_hat (E[x_(c)] + comm)
+(rate), with lambda_hat the recent worth per second.
 
 Estimating B_noise (McCandlish et al., Appendix A). For a gradient average G_B over B samples,
-E|G_B|^2 = |g|^2 + tr(Sigma) / B. Each iteration with c >= 2 the trainer gives the server two
-averages over disjoint groups A, B of accepted workers and the average over all of them:
+E|G_B|^2 = |g|^2 + tr(Sigma) / B. Each iteration the trainer gives the server two averages
+over disjoint groups A, B of the accepted samples (the first ceil(c / 2) accepted workers and
+the rest, or the two halves of one worker's batch when c = 1) and the average over all of them:
 small_sq = (|G_A|^2 + |G_B|^2) / 2 with 1 / b_small = (1 / b_A + 1 / b_B) / 2, and
 big_sq = |G|^2 with b_big = c b. Then E[small_sq] = |g|^2 + tr(Sigma) / b_small, and
 
@@ -40,20 +46,22 @@ import math
 import numpy as np
 
 OBJECTIVES = ("throughput", "progress")  # train.objective: what a predictive policy maximises
+# train.lr_scaling: the learning rate's factor s given the accepted fraction c / n
+LR_SCALING = {"linear": lambda f: f, "sqrt": np.sqrt, "none": np.ones_like}
 
 
-def worth(c: np.ndarray, n: int, batch: int, noise: float | None) -> np.ndarray:
-    """worth(c) = c (n b + B_noise) / (c b + B_noise) for cutoffs c (gradient units, worth(n) =
-    n). ``noise`` None (no estimate) or inf gives c itself, 0 gives n for every c."""
+def worth(c: np.ndarray, n: int, batch: int, noise: float | None,
+          lr_scaling: str = "linear") -> np.ndarray:
+    """worth(c) = n (2 s - s^2 r) for cutoffs c (gradient units, worth(n) = n; the module's
+    docstring). ``noise`` B_noise in samples; None (no estimate yet) gives c itself."""
     c = np.asarray(c, dtype=float)
-    if noise is None or math.isinf(noise):
+    if noise is None:
         return c
     if not noise >= 0:  # also NaN
         raise ValueError(f"noise scale must be >= 0, got {noise}")
-    if noise == 0:
-        return np.full(c.shape, float(n))
-    # the ratio first, so that worth(n) = n * 1.0 = n exactly
-    return c * ((n * batch + noise) / (c * batch + noise))
+    s = LR_SCALING[lr_scaling](c / n)
+    r = n / c if math.isinf(noise) else (1 + noise / (c * batch)) / (1 + noise / (n * batch))
+    return np.where(c == n, float(n), n * (2 * s - s * s * r))
 
 
 class GradientNoise:

@@ -3,8 +3,8 @@
 Each of the n = trace.n_workers workers computes gradients back to back, each on the parameters
 it last pulled; the server applies every gradient the moment it arrives. Worker w's k-th gradient
 (k = 0, 1, ...) takes x_{k mod T, w} + comm_s of virtual time (trace row k mod T, column w) and
-starts when its (k-1)-th arrived (at time 0 for k = 0). A priority queue of (arrival time,
-worker) orders the arrivals, ties by worker index. Update u (u = 0, 1, ...) applies the gradient
+starts when its (k-1)-th arrived (at time 0 for k = 0). The arrivals are applied in order of
+time, ties by worker index. Update u (u = 0, 1, ...) applies the gradient
 that arrives u-th, say worker w's k-th, computed on its k-th mini-batch (``WorkerStreams``,
 iteration k, worker w) at the parameters theta_p it pulled after update p - 1:
 
@@ -12,7 +12,7 @@ iteration k, worker w) at the parameters theta_p it pulled after update p - 1:
 
 (torch.optim.SGD with train.momentum, at lr / n: each update is one worker's batch, n of them
 one synchronous step's worth; train.lr_scaling does not apply; train.staleness_lr inverse
-divides the rate by max(1, staleness)). Then w pulls theta_{u+1} and
+divides the gradient by max(1, staleness) first, as cyclic does). Then w pulls theta_{u+1} and
 starts its (k+1)-th gradient. Gradients that arrive at the same virtual instant are applied one
 after the other (in worker order) and their workers pull after the instant's last update: on a
 trace whose workers are all equally fast, a round of n updates then starts from one set of
@@ -40,10 +40,10 @@ Worker w's k-th arrival is the running sum of its x_{i mod T, w} + comm_s, i <= 
 pulls at the instant it delivers), so the schedule is n cumulative sums merged in order of
 (time, worker): numpy work, no Python loop per gradient.
 
-Checkpoints (every train.checkpoint_every rounds) hold the model, optimiser, RNG states, clock,
-the in-flight gradients and the metrics so far; the heap and the per-worker counters at that
-update are the schedule's, recomputed on resume. SIGTERM/SIGINT stop at a round's end with a
-checkpoint (``Stopped``), as in the cutoff mode.
+Checkpoints (every train.checkpoint_every rounds) hold the model, optimiser, RNG states, the
+in-flight gradients and the metrics so far (the clock is the last row's); the schedule is
+recomputed on resume. SIGTERM/SIGINT stop at a round's end with a checkpoint (``Stopped``), as
+in the cutoff mode.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ class Schedule:
     index: np.ndarray      # that gradient's number k for its worker (its mini-batch's iteration)
     arrival: np.ndarray    # its arrival: the virtual time of update u
     staleness: np.ndarray  # updates applied between its pull and its arrival
-    pull: np.ndarray       # update u ends its instant: the workers applied since the last pull pull
+    pull: np.ndarray       # update u ends its instant: the workers applied since the last pull
+                           # now pull the parameters
 
 
 def arrivals(runtimes: np.ndarray, comm_s: float, per_worker: int) -> np.ndarray:
@@ -131,7 +132,7 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
     rounds, lr = tc.max_iterations, tc.learning_rate / n
     sched = schedule(r.trace.runtimes, comm_s, rounds * n)
     needed = np.bincount(sched.worker, minlength=n)  # gradients of each worker that get applied
-    rates = lr * STALENESS_LR[tc.staleness_lr](sched.staleness)
+    factor = STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
     print(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
           f"{rounds} rounds of n gradients, batch {tc.batch_size} per worker "
           f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient "
@@ -164,8 +165,8 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
             losses = []
             for u in range(i * n, (i + 1) * n):
                 grads, loss = flight.pop(int(sched.worker[u]))
-                for group in optimizer.param_groups:
-                    group["lr"] = float(rates[u])
+                if factor[u] != 1.0:  # scale the gradient, not the rate: momentum keeps its past
+                    grads = [None if g is None else g * float(factor[u]) for g in grads]
                 apply_gradient(model, optimizer, grads)
                 losses.append(loss)
                 if sched.pull[u]:
@@ -178,7 +179,7 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
             rec.record(model, {
                 "iteration": i + 1, "virtual_time_s": now,
                 "cutoff": len(np.unique(sched.worker[rows])),
-                "iteration_time_s": now - rec.clock, "lr": float(rates[rows].mean()),
+                "iteration_time_s": now - rec.clock, "lr": lr * float(factor[rows].mean()),
                 "train_loss": float(np.mean(losses)),
                 "gradients": n, "staleness": float(sched.staleness[rows].mean())},
                 lambda: save_checkpoint(r, model, optimizer, metrics=rec.log, flight=flight))

@@ -1,8 +1,9 @@
 """Cyclic gradient updates with dynamic delays on the virtual cluster (``--policy cyclic``).
 
-The method (``../shared/seeds`` 003, whose abstract gives the idea only): workers push gradients
-to the server in a round-robin order, accumulate stale gradients locally meanwhile, and push the
-accumulated sum when they obtain the token; the delay adapts to each worker. The rule implemented:
+The method ("Dynamic Delay Based Cyclic Gradient Update Method for Distributed Training", whose
+abstract gives the idea only): workers push gradients to the server in a round-robin order,
+accumulate stale gradients locally meanwhile, and push the accumulated sum when they obtain the
+token; the delay adapts to each worker. The rule implemented:
 
 * Workers never wait. Worker w computes gradients back to back, its k-th (k = 0, 1, ...) taking
   x_{k mod T, w} of virtual time (trace row k mod T, column w), on the parameters of the last
@@ -15,7 +16,7 @@ accumulated sum when they obtain the token; the delay adapts to each worker. The
   the next gradient to finish. A gradient in progress during a push is pushed at a later turn.
 * The update of a push of m gradients g_1..g_m of worker j is one step of SGD with momentum,
 
-      theta <- theta - (lr / n) * v,   v <- momentum * v + sum_i g_i,
+      v <- momentum * v + sum_i g_i,   theta <- theta - (lr / n) * v,
 
   every gradient applied once at lr / n, as in asynchronous SGD (``asynchronous``); under
   train.staleness_lr inverse each g_i is first divided by max(1, its staleness).
@@ -37,7 +38,8 @@ unserialised exchange per gradient there.
 
 Budget and rows as in ``asynchronous``: the run applies train.max_iterations * n gradients (the
 last push takes only what is left of the budget); a metrics row ends when the applied count
-passes a multiple of n (iteration = applied // n), with cutoff = the distinct workers whose
+passes a multiple of n (iteration = applied // n, which skips a number when one push carries
+more than n gradients: a row per push then), with cutoff = the distinct workers whose
 gradients the row applied, gradients, the mean staleness (updates between a gradient's pull and
 its push), lr = the mean rate per gradient (lr / n, or less under train.staleness_lr) and the
 mean loss of the row's gradients.

@@ -16,8 +16,9 @@ square-root scaling (the step's noise stays the same), or lr under none.
 Under train.objective progress a predictive policy maximises the expected loss decrease per
 second instead of gradients per second (``bdsgd.policies.progress``), from the gradient noise
 scale that it estimates from the accepted gradients: the gradient is then taken in two parts
-(the first ceil(c/2) accepted workers, and the rest), whose squared norms and their mean's
-feed the estimator (``noise_step``; the update is the same).
+(the first ceil(c/2) accepted workers and the rest; at c = 1 the two halves of its batch),
+whose squared norms and their mean's feed the estimator (``noise_step``; the update is the
+same).
 
 One backward pass per iteration: with equal per-worker batches of B samples,
 
@@ -33,17 +34,17 @@ dealt out round-robin to the n workers (as torch's DistributedSampler), so worke
 data and the sample stream is a pure function of (seed, iteration, worker).
 
 Checkpoints (every train.checkpoint_every iterations, removed when the run completes) hold the
-model, optimiser, torch RNG states, clock and metrics so far. SIGTERM (what SLURM sends before
-preempting a job) or SIGINT ends the run at the end of the iteration with a checkpoint, and
-the same command resumes it. Policies are not pickled: on resume the policy is
-rebuilt and the server loop replays the finished iterations through it (``bdsgd.server.catch_up``:
-deterministic, and checked against the recorded cutoffs), so any policy resumes without a state
-format.
+model, optimiser, torch RNG states, the metrics so far (the clock is the last row's), the
+decision times and, under the progress objective, each iteration's gradient statistics.
+SIGTERM (what SLURM sends before preempting a job) or SIGINT ends the run at the end of the
+iteration with a checkpoint, and the same command resumes it. Policies are not pickled: on
+resume the policy is rebuilt and the server loop replays the finished iterations through it
+(``bdsgd.server.catch_up``: deterministic, and checked against the recorded cutoffs), so any
+policy resumes without a state format.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from torch import nn
 from bdsgd.config import Config
 from bdsgd.errors import UserError
 from bdsgd.policies import make_policy, spec
+from bdsgd.policies.progress import LR_SCALING
 from bdsgd.server import Server, catch_up, load_needs, warm_up
 from bdsgd.traces.schema import Trace
 from bdsgd.training.common import (
@@ -69,9 +71,6 @@ from bdsgd.training.common import (
     torch_settings,
     write_outputs,
 )
-
-# train.lr_scaling: the learning rate's factor given the accepted fraction c / n
-LR_SCALING = {"linear": lambda f: f, "sqrt": math.sqrt, "none": lambda f: 1.0}
 
 
 def sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
@@ -94,6 +93,7 @@ def noise_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
     big_sq, b_small, b_big)), small_sq the mean of |G_A|^2 and |G_B|^2, 1/b_small the mean of
     1/b_A and 1/b_B, big_sq = |G|^2 over all b_big samples."""
     b_big, parts = len(y), []
+    optimizer.zero_grad(set_to_none=True)
     for xs, ys in ((x[:split], y[:split]), (x[split:], y[split:])):
         loss = backward(model, xs, ys, chunk, device)
         parts.append((len(ys) / b_big, loss, take_gradient(model)))
@@ -122,7 +122,8 @@ def _build_policy(cfg: Config, name: str, trace: Trace, trace_path, seed: int, m
     policy = make_policy(name, trace.n_workers, cfg.policies, seed=seed,
                          comm_s=cfg.throughput.comm_s, runtimes=trace.runtimes, model=model,
                          truth=truth, offset=int((trace.meta.get("slice") or [0])[0]),
-                         objective=cfg.training().objective, batch=cfg.training().batch_size)
+                         objective=cfg.training().objective, batch=cfg.training().batch_size,
+                         lr_scaling=cfg.training().lr_scaling)
     if history is not None and need.learns:
         warm_up(policy, history, cfg.throughput.comm_s)
     return policy
@@ -185,13 +186,15 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
             duration = obs.duration + (step.policy_s if tc.charge_decision_time else 0.0)
             clock += duration
 
-            lr = tc.learning_rate * LR_SCALING[tc.lr_scaling](c / n)
+            lr = tc.learning_rate * float(LR_SCALING[tc.lr_scaling](c / n))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = data.batch(data.train, streams.batch(t, np.flatnonzero(obs.accepted)))
-            if progress is not None and c >= 2:
-                loss, stats = noise_step(model, optimizer, x, y, (c + 1) // 2 * tc.batch_size,
-                                         tc.chunk_samples, device)
+            # the two parts: the first ceil(c/2) accepted workers' samples and the rest, or
+            # the two halves of one worker's batch (a batch of one sample has no halves)
+            split = (c + 1) // 2 * tc.batch_size if c >= 2 else tc.batch_size // 2
+            if progress is not None and split > 0:
+                loss, stats = noise_step(model, optimizer, x, y, split, tc.chunk_samples, device)
                 noise.append(stats)
                 show_noise(t)
             else:
