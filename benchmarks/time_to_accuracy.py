@@ -145,7 +145,8 @@ def main() -> None:
         frames.append(table(results, cfg["experiment"].removeprefix("tta-")))
         print(f"{name}: done", flush=True)
     df = pd.concat(frames, ignore_index=True)
-    df.to_csv(out / "time_to_accuracy.csv", index=False, float_format="%.4g")
+    suffix = f"-comm{args.comm_s:g}" if args.comm_s else ""
+    df.to_csv(out / f"time_to_accuracy{suffix}.csv", index=False, float_format="%.4g")
     fmt = {"median_time_to_target_s": "{:.1f}", "low": "{:.1f}", "high": "{:.1f}",
            "coverage": "{:.4f}",
            "final_accuracy": "{:.3f}", "gradients_per_s": "{:.2f}", "mean_cutoff": "{:.2f}"}

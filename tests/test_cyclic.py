@@ -68,15 +68,18 @@ def test_token_skips_a_slow_worker_and_its_gradients_wait():
     assert sched.staleness[slow].mean() > 3 * sched.staleness[~slow].mean()
 
 
-def test_each_gradient_uses_its_workers_last_pull():
-    """Two equally fast workers (1 s a gradient) and a push that takes 0.5 s: worker 0 pushes
-    its first gradient at t=1 (applied at 1.5) while its second, started at 1, runs on theta_0."""
+def test_each_gradient_starts_from_the_newest_parameters():
+    """Two equally fast workers (1 s a gradient) and a push that takes 0.5 s: worker 0's first
+    push is applied at 1.5, while its second gradient, started at 1, runs on theta_0; its third,
+    started at 2, on theta_2 (the updates at 1.5 and 2.0)."""
     sched = schedule(np.ones((4, 2)), 0.5, 6)
     assert sched.worker.tolist()[:3] == [0, 1, 0]
     np.testing.assert_allclose(sched.time[:3], [1.5, 2.0, 2.5])
     # gradient 0 of each worker and worker 0's gradient 1 (started at 1 < 1.5) are on theta_0
     assert sched.pull.tolist()[:3] == [0, 0, 0]
     assert sched.staleness.tolist()[:3] == [0, 1, 2]
+    third = np.flatnonzero(np.repeat(sched.worker, sched.count) == 0)[2]
+    assert sched.pull[third] == 2
 
 
 def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
@@ -98,15 +101,12 @@ def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
     data = load_task("digits", "data")
     streams = WorkerStreams(len(data.train), N_WORKERS, 8, 0)
     sched = schedule(runtimes, 0.05, 3 * N_WORKERS)
-    # each gradient's parameters, from the rule: its worker's last push (applied, and pulled,
-    # at sched.time) at or before the gradient's start, the end of the worker's previous one
+    # each gradient's parameters, from the rule: those after every update applied by the
+    # gradient's start, the end of its worker's previous gradient
     finish = np.cumsum(runtimes[np.arange(40) % T_ROWS], axis=0)
-    pulls = []
-    for w, k0, m_ in zip(sched.worker, sched.first, sched.count, strict=True):
-        for k in range(k0, k0 + m_):
-            start = finish[k - 1, w] if k > 0 else 0.0
-            mine = np.flatnonzero((sched.worker == w) & (sched.time <= start))
-            pulls.append(int(mine[-1]) + 1 if len(mine) else 0)
+    pulls = [int((sched.time <= finish[k - 1, w]).sum()) if k > 0 else 0
+             for w, k0, m_ in zip(sched.worker, sched.first, sched.count, strict=True)
+             for k in range(k0, k0 + m_)]
     torch.manual_seed(0)
     model = data.make_model()
     thetas = [[p.detach().clone() for p in model.parameters()]]
@@ -164,8 +164,12 @@ def test_resumed_cyclic_run_equals_uninterrupted_run(tmp_path, trace_path, monke
 
 def test_free_pushes_make_the_schedule_asynchronous_sgds():
     """comm_s = 0: each worker pushes the instant its gradient finishes, so the updates, their
-    order and their staleness are asynchronous SGD's."""
+    order and their staleness are asynchronous SGD's, on a random trace and on one where every
+    gradient of an instant ties."""
     runtimes = np.random.default_rng(4).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
+    equal = schedule(np.ones((T_ROWS, N_WORKERS)), 0.0, 60)
+    np.testing.assert_array_equal(equal.staleness, asynchronous.schedule(
+        np.ones((T_ROWS, N_WORKERS)), 0.0, 60).staleness)
     c, a = schedule(runtimes, 0.0, 60), asynchronous.schedule(runtimes, 0.0, 60)
     assert (c.count == 1).all()
     np.testing.assert_array_equal(c.worker, a.worker)

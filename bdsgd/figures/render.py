@@ -181,7 +181,7 @@ def _tasks(metrics: pd.DataFrame, width: float, height: float, columns: int = 1,
 def _time_to_target_panel(ax, stats: pd.DataFrame) -> None:
     """Median time to target per policy with its interval (an arrow where the interval is
     unbounded: some seeds never reached the target); pale where any seed never reached it, and
-    'k/m reached' over every policy."""
+    'k/m' (seeds that reached it, of all) over every policy."""
     finite = stats[["median", "low", "high"]].to_numpy()
     top = 1.15 * np.max(finite[np.isfinite(finite)], initial=1.0)
     for i, s in enumerate(stats.itertuples()):
@@ -192,13 +192,14 @@ def _time_to_target_panel(ax, stats: pd.DataFrame) -> None:
             ax.plot([i, i], [s.low, high], color="k", lw=1)
             ax.plot(i, high, marker="^" if np.isinf(s.high) else "_", color="k", ms=6)
             ax.plot(i, s.low, marker="_", color="k", ms=6)
-        ax.annotate(f"{s.reached}/{s.seeds}\nreached", (i, min(s.high, top) if s.reached else 0),
+        ax.annotate(f"{s.reached}/{s.seeds}", (i, min(s.high, top) if s.reached else 0),
                     xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                     fontsize=7, color="k" if s.reached == s.seeds else "firebrick")
     ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
     ax.margins(y=0.2)
     coverage = stats["coverage"].min()
-    ax.set(title=f"time to target (median, {coverage:.0%}+ interval)", ylabel="virtual time (s)")
+    ax.set(title=f"time to target\n(median over seeds, {coverage:.0%}+ interval)",
+           ylabel="virtual time (s)")
 
 
 def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:

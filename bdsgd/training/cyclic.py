@@ -6,14 +6,15 @@ accumulate stale gradients locally meanwhile, and push the accumulated sum when 
 token; the delay adapts to each worker. The rule implemented:
 
 * Workers never wait. Worker w computes gradients back to back, its k-th (k = 0, 1, ...) taking
-  x_{k mod T, w} of virtual time (trace row k mod T, column w), on the parameters of the last
-  pull it completed at or before the gradient's start (theta_0 before its first).
+  x_{k mod T, w} of virtual time (trace row k mod T, column w), each on the newest parameters
+  when it starts: those after every update applied by then (theta_0 before the first update).
+  Reading the parameters is not what the token orders, and is not charged.
 * A token visits the workers in the order 0, 1, ..., n-1, 0, ... If worker j holds at least one
   finished gradient it has not pushed, it pushes their sum: the server applies it after comm_s
   (one push on the wire at a time: the token serialises the traffic that a synchronous step
-  sends at once), j pulls the new parameters at that instant, and the token moves on. If j holds
-  none it is skipped at no cost; when a whole round of visits finds nothing the token waits for
-  the next gradient to finish. A gradient in progress during a push is pushed at a later turn.
+  sends at once) and the token moves on. If j holds none it is skipped at no cost; when a whole
+  round of visits finds nothing the token waits for the next gradient to finish. A gradient
+  that finishes while its worker waits for its turn is pushed then, with what else it finished.
 * The update of a push of m gradients g_1..g_m of worker j is one step of SGD with momentum,
 
       v <- momentum * v + sum_i g_i,   theta <- theta - (lr / n) * v,
@@ -26,15 +27,12 @@ skipped until it has something, so its gradients wait longer (more updates betwe
 and their push: their staleness grows with the worker's run-time), where the fixed cyclic
 schedule (every worker every n-th update, delay n - 1) waits for the slowest in each round. And
 a fast worker's gradients within one turn share one push: it communicates once per turn however
-many gradients it finished, which is what accumulating locally buys. The price: the gradient in
-progress during a worker's push started on the parameters of its previous pull, so at equal
-speeds, with a token faster than the gradients, staleness is about 2n - 1 updates where
-asynchronous SGD's is n - 1 at most. With comm_s = 0 a push costs nothing, every worker pushes
-at the instant it finishes a gradient and pulls before starting the next, and the schedule is
-asynchronous SGD's (``asynchronous``) update for update (where no two gradients finish at the
-same instant: there async's workers pull after the instant's last update, these after their
-own). The two differ in what communication costs: one serialised push per turn here, one
-unserialised exchange per gradient there.
+many gradients it finished, which is what accumulating locally buys; the wait for the turn adds
+to their staleness. With comm_s = 0 a push costs nothing, every worker pushes at the instant it
+finishes a gradient, and the schedule is asynchronous SGD's (``asynchronous``) update for
+update, staleness included (gradients that finish at one instant are applied in the token's
+order, from where it stands, rather than the workers'). The two differ in what communication
+costs: one serialised push per turn here, one unserialised exchange per gradient there.
 
 Budget and rows as in ``asynchronous``: the run applies train.max_iterations * n gradients (the
 last push takes only what is left of the budget); a metrics row ends when the applied count
@@ -114,8 +112,6 @@ def schedule(runtimes: np.ndarray, comm_s: float, n_gradients: int) -> Schedule:
     rows = [list(row) for row in arrivals(runtimes, 0.0, per_worker).T]
     pushed = [0] * n
     upcoming = [row[0] for row in rows]  # each worker's next unpushed gradient's finish
-    pull_time = [[0.0] for _ in range(n)]  # per worker: the time of each pull ...
-    pull_update = [[0] for _ in range(n)]  # ... and the updates applied by then
     worker, at, first, count = [], [], [], []
     s, j, applied = 0.0, 0, 0
     while applied < n_gradients:
@@ -134,21 +130,17 @@ def schedule(runtimes: np.ndarray, comm_s: float, n_gradients: int) -> Schedule:
         worker.append(j), at.append(s), first.append(pushed[j]), count.append(m)
         pushed[j] += m
         applied += m
-        pull_time[j].append(s), pull_update[j].append(len(worker))
         upcoming[j] = rows[j][pushed[j]]
         j = (j + 1) % n
     worker, first, count = np.array(worker), np.array(first), np.array(count)
-    # each applied gradient's pull: its worker's last pull at or before the gradient's start
+    # each applied gradient's pull: the updates applied by its start (the end of its worker's
+    # previous gradient), all of an instant's updates included
     u = np.repeat(np.arange(len(worker)), count)
     w = worker[u]
     k = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count) + first[u]
     finish = np.array(rows)
-    starts = np.where(k > 0, finish[w, np.maximum(k - 1, 0)], 0.0)
-    pull = np.empty_like(k)
-    for v in range(n):
-        mine = w == v
-        at_pull = np.searchsorted(pull_time[v], starts[mine], side="right") - 1
-        pull[mine] = np.asarray(pull_update[v])[at_pull]
+    starts = np.where(k > 0, finish[w, np.maximum(k - 1, 0)], -np.inf)
+    pull = np.searchsorted(np.array(at), starts, side="right")
     return Schedule(worker, np.array(at), first, count, pull, u - pull)
 
 
