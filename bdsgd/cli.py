@@ -190,6 +190,13 @@ def cmd_train(args):
               out_dir=args.out, model_path=args.model, history_path=args.history)
 
 
+# ----------------------------------------------------------------------------- distributed
+def cmd_distributed(args):
+    from bdsgd.distributed.launch import job_from_args, run
+
+    run(job_from_args(args))
+
+
 # --------------------------------------------------------------------------------- figures
 def cmd_figures(args):
     from bdsgd.figures.render import render_all
@@ -320,6 +327,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run directory (metrics.parquet, result.json, "
                                                 "checkpoint.pt)")
     p.set_defaults(func=cmd_train)
+
+    # distributed
+    p = sub.add_parser("distributed", help="real training: a parameter server and N workers "
+                                           "on torch.distributed, cutoffs from any causal policy")
+    p.add_argument("--workers", type=int, required=True, help="N worker processes (plus a server)")
+    p.add_argument("--policy", required=True, help="cutoff policy (see 'bdsgd throughput --help')")
+    p.add_argument("--iterations", type=int, required=True, help="iterations to train")
+    p.add_argument("--task", default="digits", choices=["digits", "mnist", "cifar10", "imagenet"],
+                   help="data set and network")
+    p.add_argument("--config", help="experiment config: train: and policies: (default: defaults)")
+    p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
+    p.add_argument("--late", choices=["abandon", "finish"], default="abandon",
+                   help="what a worker that missed the cutoff does: drop its work when new "
+                        "parameters arrive, or finish it (the server records its run-time)")
+    p.add_argument("--inject-straggler", metavar="WORKER:FACTOR",
+                   help="worker WORKER (0-based) takes FACTOR times as long")
+    p.add_argument("--kill-worker", metavar="WORKER:ITERATION",
+                   help="worker WORKER SIGKILLs itself when iteration ITERATION starts")
+    p.add_argument("--delay-s", type=float, default=0.0,
+                   help="seconds added to every gradient (stands in for a bigger model)")
+    p.add_argument("--delay-trace", metavar="TRACE",
+                   help="run-times replayed inside the workers: worker w waits x[t mod T, w]")
+    p.add_argument("--heartbeat-s", type=float, default=5.0,
+                   help="a worker silent this long counts as dead")
+    p.add_argument("--seed", type=int, default=0, help="seed of data order, init and policy")
+    p.add_argument("--json", required=True,
+                   help="result to write (JSON); the metrics and the recorded trace go beside it")
+    p.set_defaults(func=cmd_distributed)
 
     # figures
     p = sub.add_parser("figures", help="every figure and summary.csv from stored results")

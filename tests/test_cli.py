@@ -19,6 +19,7 @@ ENTRY_POINTS = [
     "traces import", "traces simulate", "traces gather", "traces describe", "traces split",
     "traces plot",
     "model train", "model evaluate", "model sample", "throughput", "train", "figures",
+    "distributed",  # its runs: tests/test_distributed.py
 ]
 CONTRACT_KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50"}
 

@@ -57,7 +57,7 @@ from bdsgd.errors import UserError
 WARMUP = 1  # untimed iterations before the trace starts
 
 
-def _rank_env() -> dict[str, int] | None:
+def rank_env() -> dict[str, int] | None:
     """Rank, world size and local rank from torchrun or srun; None when not launched as a worker."""
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
@@ -69,7 +69,7 @@ def _rank_env() -> dict[str, int] | None:
     return None
 
 
-def _slurm_rendezvous() -> None:
+def slurm_rendezvous() -> None:
     """MASTER_ADDR / MASTER_PORT for env:// under srun: the job's first node, a per-job port."""
     if "MASTER_ADDR" not in os.environ:
         hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
@@ -105,7 +105,7 @@ def _worker(cfg: GatherConfig, data_dir, seed: int, out: Path, iterations: int,
     torch.set_num_threads(1)
     rank, world, local = ranks["rank"], ranks["world"], ranks["local"]
     if ranks["slurm"]:
-        _slurm_rendezvous()
+        slurm_rendezvous()
     backend = _backend(cfg.backend)
     device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
@@ -207,7 +207,7 @@ def gather(cfg: GatherConfig, data_dir, seed: int, out, workers: int | None = No
     if iterations < 1 or workers < 1:
         raise UserError("--workers/--iterations", "gather",
                         "need at least 1 worker and 1 iteration")
-    ranks = _rank_env()
+    ranks = rank_env()
     if ranks is None:
         _launch(cfg, data_dir, seed, out, workers, iterations)
     else:

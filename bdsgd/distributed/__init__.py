@@ -1,0 +1,41 @@
+"""Real distributed training with cutoffs: a parameter server on torch.distributed.
+
+Rank 0 is the server, ranks 1..n the workers (gloo on CPU, and with CUDA tensors where ranks
+share a GPU). One iteration t, through the same server loop as the virtual trainer
+(``bdsgd.server.Server.step``: the policy chooses c_t, the iteration runs, the policy observes):
+
+    server   sends (t, theta_t) to every idle live worker, starts the clock
+    worker   computes the gradient of its mini-batch (its shard, as in the virtual trainer), plus
+             any injected delay, and sends (t, compute_s, loss, gradient)
+    server   accepts gradients tagged t from distinct workers until it holds c_t of them (fewer
+             when fewer workers are alive), applies their mean (SGD with momentum, the learning
+             rate scaled by c_t / n as train.lr_scaling says), and records the iteration
+
+What the established systems teach, and what is done here:
+
+- TensorFlow's SyncReplicasOptimizer tags every gradient with its step and drops stale ones;
+  PyTorch's RPC parameter-server example tags nothing and lets late gradients leak into the next
+  round. Here every message carries its iteration: a gradient of an earlier iteration is never
+  applied (``ps.Round``), and c counts distinct workers of the current iteration.
+- Late workers (``distributed.late``): ``abandon``: the next iteration's parameters reach every
+  worker still busy, which drops its work when it notices them (between its gradient and its
+  injected delay: a backward pass is not interrupted); ``finish``: busy workers are left to
+  finish, their gradient is discarded as stale, and only then do they get the newest
+  parameters. Either way the server records every run-time it learns in the trace schema: a
+  worker that made the cutoff is observed; one that did not is censored at the cutoff time tau_t
+  unless, under ``finish``, its stale gradient arrives later, which turns the censored value into
+  an observed one. A ``finish`` trace is therefore less censored: the run-time model trained on
+  it sees the slow tail itself instead of only a lower bound (the censored likelihood handles
+  either; fewer censored values mean tighter estimates of exactly the workers that were cut).
+- torchft tells dead from slow by heartbeats and normalises by the real number of contributors.
+  Here each worker bumps a counter in a TCPStore beside the process group; a worker whose
+  counter stops for ``--heartbeat-s`` seconds, or whose connection breaks (SIGKILL closes its
+  sockets), is dead: censored from then on, and training goes on with the others. The mean is
+  over the gradients actually accepted.
+- The policy's decision time (choose + observe) is measured by ``Server.step`` and is part of the
+  wall time here, as it would be on any real server.
+
+``bdsgd distributed`` (``launch``) starts the n + 1 processes on this machine (a free port, all
+children stopped on exit or Ctrl-C); under SLURM the same module runs as one srun step of n + 1
+tasks, ranks and rendezvous from SLURM's environment (``bdsgd.traces.gather``'s convention).
+"""

@@ -1,0 +1,165 @@
+"""Starting the job: n + 1 local processes (``launch``), or this process's part of it under
+torchrun-style or srun environments (``node``).
+
+``launch`` picks a free port, starts rank 0 (the server) and ranks 1..n (the workers) as
+``python -m bdsgd.distributed.launch --job JSON`` with RANK / WORLD_SIZE / MASTER_ADDR /
+MASTER_PORT set, and waits for the server. Workers that die do not stop it; whatever is still
+running when the server ends, fails or the user presses Ctrl-C is killed and reaped, so no
+process outlives the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+from bdsgd.config import default_config, load_config
+from bdsgd.distributed.wire import Job, store
+from bdsgd.errors import UserError
+from bdsgd.policies import spec
+from bdsgd.traces.gather import rank_env, slurm_rendezvous
+
+GRACE_S = 10  # how long workers get to stop after the server is done
+
+
+def _free_port() -> int:
+    """A port with a free neighbour (the heartbeat store takes port + 1)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+
+
+def _config(job: Job):
+    return default_config() if job.config is None else load_config(job.config)
+
+
+def launch(job: Job) -> dict:
+    """Run the job on this machine; the server's result (the JSON it wrote)."""
+    cfg = _config(job)
+    from bdsgd.tasks import load_task
+
+    load_task(job.task, cfg.training().data_dir)  # a missing data set: one line, not n + 1
+    port, world = _free_port(), job.workers + 1
+    cmd = [sys.executable, "-m", "bdsgd.distributed.launch", "--job", job.to_json()]
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1"}
+    procs: list[subprocess.Popen] = []
+    try:
+        for rank in range(world):
+            procs.append(subprocess.Popen(cmd, env={**base, "RANK": str(rank)}))
+        code = procs[0].wait()
+        for proc in procs[1:]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=GRACE_S)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    if code != 0:
+        raise RuntimeError(f"distributed: the server exited with status {code}; its output is "
+                           "above")
+    return json.loads(Path(job.json).read_text())
+
+
+def node(job: Job) -> None:
+    """This process's part: rank 0 serves, the others work (ranks from torchrun or srun)."""
+    ranks = rank_env()
+    if ranks["slurm"]:
+        slurm_rendezvous()
+    rank, world = ranks["rank"], ranks["world"]
+    if world != job.workers + 1:
+        raise UserError("--workers", "workers", f"{job.workers} workers need {job.workers + 1} "
+                        f"processes (a server and the workers), got {world}")
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=5))
+    kv = store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0)
+    cfg = _config(job)
+    if rank == 0:
+        from bdsgd.distributed.ps import ParameterServer
+
+        ParameterServer(job, cfg, kv).run()
+    else:
+        from bdsgd.distributed.worker import run_worker
+
+        run_worker(job, rank, kv, cfg.training().batch_size, cfg.training().data_dir)
+
+
+def _pair(text: str | None, flag: str, kinds) -> tuple | None:
+    """WORKER:VALUE from a flag, or a one-line error naming it."""
+    if text is None:
+        return None
+    try:
+        worker, value = text.split(":")
+        return kinds[0](worker), kinds[1](value)
+    except ValueError:
+        raise UserError(flag, text, f"expected WORKER:{'FACTOR' if kinds[1] is float else 'ITERATION'}"
+                        ) from None
+
+
+def job_from_args(args) -> Job:
+    """The job of a ``bdsgd distributed`` command line, checked."""
+    job = Job(workers=args.workers, policy=args.policy, iterations=args.iterations,
+              task=args.task, config=args.config, model=args.model,
+              json=str(Path(args.json).resolve()), late=args.late,
+              straggler=_pair(args.inject_straggler, "--inject-straggler", (int, float)),
+              kill=_pair(args.kill_worker, "--kill-worker", (int, int)), delay_s=args.delay_s,
+              delay_trace=args.delay_trace, heartbeat_s=args.heartbeat_s, seed=args.seed)
+    if job.workers < 1 or job.iterations < 1:
+        raise UserError("--workers/--iterations", "distributed", "need at least 1 of each")
+    for flag, pair in (("--inject-straggler", job.straggler), ("--kill-worker", job.kill)):
+        if pair is not None and not 0 <= pair[0] < job.workers:
+            raise UserError(flag, str(pair[0]), f"no such worker: workers are 0..{job.workers - 1}")
+    try:
+        need = spec(job.policy)
+    except ValueError as exc:
+        raise UserError("--policy", job.policy, str(exc)) from None
+    if need.needs_model and job.model is None:
+        raise UserError("--model", job.policy, "policy bdsgd needs a run-time model: pass --model")
+    return job
+
+
+def run(job: Job) -> dict | None:
+    """Launch the job here, or, started by srun / torchrun, be this process's part of it."""
+    if rank_env() is None:
+        return launch(job)
+    node(job)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="one process of a bdsgd distributed job")
+    parser.add_argument("--job", required=True, help="the job's settings (JSON)")
+    job = Job.from_json(parser.parse_args().job)
+    try:
+        node(job)
+    except UserError as exc:
+        print(f"bdsgd: error: {exc}", file=sys.stderr, flush=True)
+        os._exit(2)
+    except Exception:  # noqa: BLE001 - any failure: report it and leave (threads hold gloo)
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    # Listener threads still block in gloo receives: leave without tearing the group down.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

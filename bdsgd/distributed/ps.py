@@ -1,0 +1,246 @@
+"""The parameter server (rank 0): iterations through ``bdsgd.server.Server.step``, over real
+workers. The protocol and its rules are in ``bdsgd.distributed``'s docstring.
+
+One listener thread per worker receives its messages into one queue, so the loop below waits on
+whichever worker delivers first, and learns a worker is gone when its connection breaks.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector
+
+from bdsgd.config import Config
+from bdsgd.cutoff import Observation
+from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
+from bdsgd.errors import UserError
+from bdsgd.io import write_json, write_with
+from bdsgd.policies import make_policy, spec
+from bdsgd.policies.progress import LR_SCALING
+from bdsgd.provenance import stamp
+from bdsgd.server import Server, load_needs
+from bdsgd.tasks import load_task
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.schema import from_arrays
+from bdsgd.training.common import apply_gradient, evaluate
+
+COLUMNS = ("iteration", "wall_time_s", "cutoff", "iteration_time_s", "lr", "train_loss",
+           "live_workers", "stale", "decision_s", "test_accuracy")
+TICK_S = 0.05  # how often a waiting server looks at the heartbeats
+
+
+def _listen(rank: int, size: int, inbox: queue.Queue) -> None:
+    buf = torch.zeros(size)
+    try:
+        while True:
+            dist.recv(buf, src=rank)
+            inbox.put((rank, buf.clone()))
+    except RuntimeError:  # its connection broke: the worker is gone
+        inbox.put((rank, None))
+
+
+class Round:
+    """Which gradients iteration t accepts: tagged t, from distinct workers, up to ``need``."""
+
+    def __init__(self, t: int, need: int):
+        self.t, self.need, self.accepted = t, need, {}
+
+    def offer(self, worker: int, k: int, gradient) -> bool:
+        """Take worker's gradient of iteration k if it counts; False for a stale one (k < t),
+        a second from the same worker, or one past the cutoff: never applied."""
+        if k != self.t or worker in self.accepted or self.done:
+            return False
+        self.accepted[worker] = gradient
+        return True
+
+    @property
+    def done(self) -> bool:
+        return len(self.accepted) >= self.need
+
+
+class ParameterServer:
+    def __init__(self, job: Job, cfg: Config, kv):
+        self.job, self.cfg, self.tc = job, cfg, cfg.training()
+        self.n, n = job.workers, job.workers
+        need = spec(job.policy)
+        if need.needs_truth or need.needs_future:
+            raise UserError("--policy", job.policy, "needs the simulator's truth or the future "
+                            "run-times, which a real cluster does not have")
+        model, _ = load_needs([job.policy], "<distributed>", job.model)
+        self.policy = make_policy(job.policy, n, cfg.policies, seed=job.seed, comm_s=0.0,
+                                  model=model, objective="throughput", batch=self.tc.batch_size,
+                                  lr_scaling=self.tc.lr_scaling)
+        self.data = load_task(job.task, self.tc.data_dir)
+        torch.manual_seed(job.seed)
+        self.model = self.data.make_model()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.tc.learning_rate,
+                                         momentum=self.tc.momentum)
+        self.size = parameters_to_vector(self.model.parameters()).numel()
+        self.inbox: queue.Queue = queue.Queue()
+        for rank in range(1, n + 1):
+            threading.Thread(target=_listen, args=(rank, self.size + HEADER, self.inbox),
+                             daemon=True).start()
+        self.beats = Heartbeats(kv, list(range(1, n + 1)), job.heartbeat_s)
+        self.checked = time.perf_counter()  # when the heartbeats were last looked at
+        self.live, self.dead = set(range(1, n + 1)), []
+        self.sent = dict.fromkeys(self.live, -1)  # the iteration whose parameters it last got
+        self.busy: set[int] = set()
+        K = job.iterations
+        self.runtimes, self.censored = np.full((K, n), np.nan), np.zeros((K, n), bool)
+        self.started: dict[int, float] = {}
+        self.stale = 0
+
+    # -------------------------------------------------------------------------- messages
+    def _send(self, rank: int, t: int) -> None:
+        theta = parameters_to_vector(self.model.parameters()).detach()
+        dist.send(torch.cat([torch.tensor([PARAMS, t], dtype=theta.dtype), theta]), dst=rank)
+        self.sent[rank] = t
+        self.busy.add(rank)
+
+    def _bury(self, rank: int, t: int) -> None:
+        if rank in self.live:
+            self.live.discard(rank)
+            self.busy.discard(rank)
+            self.dead.append({"worker": rank - 1, "iteration": t})
+            print(f"worker {rank - 1} is dead at iteration {t}: training goes on with "
+                  f"{len(self.live)}", flush=True)
+
+    def _receive(self, t: int):
+        """The next (rank, message) from a live worker, or None when a worker was found dead
+        (the iteration then needs fewer gradients)."""
+        while True:
+            if not self.live:
+                raise RuntimeError(f"every worker is dead at iteration {t}")
+            if time.perf_counter() - self.checked > TICK_S:
+                silent = self.beats.silent(self.live)
+                self.checked = time.perf_counter()
+                for rank in silent:
+                    self._bury(rank, t)
+                if silent:
+                    return None
+            try:
+                rank, msg = self.inbox.get(timeout=TICK_S)
+            except queue.Empty:
+                continue
+            if msg is None:
+                self._bury(rank, t)
+                return None
+            if rank in self.live:
+                return rank, msg
+
+    # ------------------------------------------------------------------------- iteration
+    def iteration(self, t: int, c: int) -> tuple[Observation, float]:
+        """Run iteration t with cutoff c: send, collect, apply. (observation, mean loss)."""
+        t0 = time.perf_counter()
+        self.started[t] = t0
+        late = self.job.late == "abandon"
+        for rank in sorted(self.live):
+            if rank not in self.busy or late:  # abandon: the busy ones drop their work
+                self._send(rank, t)
+        rnd = Round(t, min(c, len(self.live)))
+        while not rnd.done:
+            got = self._receive(t)
+            rnd.need = min(c, len(self.live))
+            if got is None:
+                continue
+            rank, msg = got
+            k, w, now = int(msg[0]), rank - 1, time.perf_counter()
+            if self.sent[rank] == k:
+                self.busy.discard(rank)  # it delivered what it was last sent: idle
+            if rnd.offer(w, k, msg):
+                self.runtimes[t, w] = now - t0
+            else:
+                self.stale += 1
+                if k < t and self.censored[k, w]:  # finish: the late value, observed after all
+                    self.runtimes[k, w], self.censored[k, w] = now - self.started[k], False
+                if not late and rank not in self.busy:
+                    self._send(rank, t)
+        tau = time.perf_counter() - t0
+        seen = np.full(self.n, np.nan)
+        for w in rnd.accepted:
+            seen[w] = self.runtimes[t, w]
+        cut = np.isnan(seen)
+        self.runtimes[t, cut], self.censored[t, cut] = tau, True
+        c_real = len(rnd.accepted)
+        lr = self.tc.learning_rate * float(LR_SCALING[self.tc.lr_scaling](c_real / self.n))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        grads = torch.stack([m[HEADER:] for m in rnd.accepted.values()]).mean(0)
+        apply_gradient(self.model, self.optimizer, _unflatten(grads, self.model))
+        loss = float(np.mean([float(m[2]) for m in rnd.accepted.values()]))
+        return Observation(t, c_real, seen, tau), loss
+
+    # ----------------------------------------------------------------------------- run
+    def run(self) -> dict:
+        job, tc = self.job, self.tc
+        server, rows, wall0 = Server(self.policy, self.n), [], time.perf_counter()
+        for t in range(job.iterations):
+            loss: list[float] = []
+            step = server.step(lambda c, t=t, loss=loss: _keep(self.iteration(t, c), loss))
+            done = t + 1
+            accuracy = math.nan
+            if done % tc.eval_every == 0 or done == job.iterations:
+                accuracy = evaluate(self.model, self.data, torch.device("cpu"))[0]
+            rows.append({"iteration": done, "wall_time_s": time.perf_counter() - wall0,
+                         "cutoff": step.obs.cutoff, "iteration_time_s": step.obs.cutoff_time,
+                         "lr": self.optimizer.param_groups[0]["lr"], "train_loss": loss[0],
+                         "live_workers": len(self.live), "stale": self.stale,
+                         "decision_s": step.policy_s, "test_accuracy": accuracy})
+            print(f"iteration {done}/{job.iterations}: c={step.obs.cutoff}, "
+                  f"{step.obs.cutoff_time:.3f} s", flush=True)
+        wall = time.perf_counter() - wall0
+        for rank in sorted(self.live):
+            dist.send(torch.cat([torch.tensor([STOP, job.iterations]), torch.zeros(self.size)]),
+                      dst=rank)
+        return self._write(pd.DataFrame(rows, columns=list(COLUMNS)), wall)
+
+    def _write(self, metrics: pd.DataFrame, wall: float) -> dict:
+        job, out = self.job, Path(self.job.json)
+        stem = out.with_suffix("")
+        metrics_path, trace_path = Path(f"{stem}.metrics.parquet"), Path(f"{stem}.trace.parquet")
+        write_with(metrics_path, lambda tmp: metrics.to_parquet(tmp, index=False))
+        trace = from_arrays(self.runtimes, {
+            "source": "distributed", "policy": job.policy, "late": job.late,
+            "time_unit": "s", "workers": job.workers}, censored=self.censored)
+        write_trace(trace, trace_path)
+        gradients = int(metrics["cutoff"].sum())
+        result = {
+            **stamp(self.cfg, job.seed, task=job.task, policy=job.policy),
+            "job": {**vars(job)},
+            "policy": job.policy, "late": job.late, "workers": job.workers,
+            "wall_s": wall, "iterations": int(len(metrics)), "gradients": gradients,
+            "gradients_per_s": gradients / wall, "mean_cutoff": float(metrics["cutoff"].mean()),
+            "dead_workers": self.dead, "stale_discarded": self.stale,
+            "censored_fraction": float(self.censored.mean()),
+            "decision_latency_p50_s": float(metrics["decision_s"].median()),
+            "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
+            "metrics": str(metrics_path), "trace": str(trace_path),
+        }
+        write_json(out, result)
+        print(f"{job.policy}: {len(metrics)} iterations in {wall:.2f} s, "
+              f"{result['gradients_per_s']:.1f} gradients/s, dead workers "
+              f"{[d['worker'] for d in self.dead]} -> {out}", flush=True)
+        return result
+
+
+def _keep(result: tuple[Observation, float], loss: list) -> Observation:
+    obs, mean_loss = result
+    loss.append(mean_loss)
+    return obs
+
+
+def _unflatten(vector: torch.Tensor, model) -> list[torch.Tensor]:
+    out, i = [], 0
+    for p in model.parameters():
+        out.append(vector[i:i + p.numel()].view_as(p).clone())
+        i += p.numel()
+    return out

@@ -1,0 +1,105 @@
+"""Real distributed training: a parameter server and 3 workers on gloo (CPU), each test a real
+`bdsgd distributed` command; no process may outlive it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import run_cli
+
+from bdsgd.distributed.ps import Round
+from bdsgd.traces.io import read_trace
+
+WORKERS = 3
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({
+        "experiment": "dist", "traces": {"t": {"source": "simulate"}},
+        "policies": {"static_backups": 1},  # static: c = n - 1
+        "train": {"trace": "t", "tasks": ["digits"], "batch_size": 16, "eval_every": 10}}))
+    return path
+
+
+def distributed(tmp_path: Path, config: Path, name: str, *flags: str, check: bool = True):
+    """Run `bdsgd distributed` with 3 workers; (its result, its process). Afterwards no process
+    of the job (whose command line holds the result's path) may still run."""
+    out = tmp_path / f"{name}.json"
+    proc = run_cli("distributed", "--workers", WORKERS, "--config", config, "--json", out,
+                   "--delay-s", "0.02", *flags, check=check)
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
+    assert not left.strip(), f"processes left behind: {left}"
+    return (json.loads(out.read_text()) if out.exists() else None), proc
+
+
+def test_a_round_applies_only_its_own_iterations_gradients():
+    rnd = Round(t=5, need=2)
+    assert not rnd.offer(0, 4, "stale")  # an earlier iteration's gradient: never applied
+    assert rnd.offer(1, 5, "g1")
+    assert not rnd.offer(1, 5, "again")  # c counts distinct workers
+    assert rnd.offer(2, 5, "g2") and rnd.done
+    assert not rnd.offer(0, 5, "late")  # past the cutoff
+    assert rnd.accepted == {1: "g1", 2: "g2"}
+
+
+@pytest.mark.slow
+def test_cutting_an_injected_straggler_is_faster_in_wall_time(tmp_path, config):
+    """Worker 1 takes 5x as long: static (c = n - 1) finishes 30 iterations in clearly less
+    wall time than sync, which waits for it every time."""
+    common = ("--iterations", "30", "--inject-straggler", "1:5")
+    sync, _ = distributed(tmp_path, config, "sync", "--policy", "sync", *common)
+    static, _ = distributed(tmp_path, config, "static", "--policy", "static", *common)
+    assert sync["iterations"] == static["iterations"] == 30
+    assert static["wall_s"] < 0.5 * sync["wall_s"]
+    assert sync["gradients"] == 30 * WORKERS and static["gradients"] == 30 * (WORKERS - 1)
+    metrics = pd.read_parquet(static["metrics"])
+    assert (metrics["cutoff"] == WORKERS - 1).all() and metrics["test_accuracy"].notna().any()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_censored_and_training_goes_on(tmp_path, config):
+    result, proc = distributed(tmp_path, config, "kill", "--policy", "sync", "--iterations",
+                               "20", "--kill-worker", "2:5")
+    assert result["iterations"] == 20
+    assert [d["worker"] for d in result["dead_workers"]] == [2]
+    assert "worker 2 is dead" in proc.stdout
+    trace = read_trace(result["trace"])
+    assert trace.censored[6:, 2].all() and not trace.censored[6:, :2].any()
+
+
+@pytest.mark.slow
+def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(tmp_path, config):
+    """late: finish: the straggler's gradients all arrive after the cutoff, are counted as stale
+    and never applied (every iteration applies exactly c gradients), and its run-times turn from
+    censored to observed in the recorded trace, which validates and trains a run-time model."""
+    common = ("--policy", "static", "--iterations", "24", "--inject-straggler", "1:5")
+    finish, _ = distributed(tmp_path, config, "finish", *common, "--late", "finish")
+    abandon, _ = distributed(tmp_path, config, "abandon", *common)
+    assert finish["stale_discarded"] > 0
+    assert finish["gradients"] == pd.read_parquet(finish["metrics"])["cutoff"].sum() == 24 * 2
+    assert finish["censored_fraction"] < abandon["censored_fraction"]
+    trace = read_trace(finish["trace"])
+    assert trace.meta["source"] == "distributed" and trace.censored[:, 1].mean() < 1
+    observed = trace.runtimes[~trace.censored[:, 1], 1]
+    assert np.median(observed) > 3 * np.median(trace.runtimes[:, 0])  # the 5x worker, seen
+    model = tmp_path / "model.pt"
+    run_cli("model", "train", finish["trace"], "--out", model, "--epochs", "2", "--quiet")
+    assert model.exists()
+
+
+def test_bad_flags_are_one_line_errors(tmp_path, config):
+    for flags, field in ((("--inject-straggler", "1x5"), "--inject-straggler"),
+                         (("--kill-worker", "7:3"), "--kill-worker"),
+                         (("--policy", "bdsgd"), "--model")):
+        args = ("--policy", "sync", "--iterations", "2", *flags)
+        result, proc = distributed(tmp_path, config, "bad", *args, check=False)
+        assert proc.returncode == 2 and result is None
+        assert proc.stderr.count("\n") == 1 and field in proc.stderr, proc.stderr
