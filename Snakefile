@@ -1,6 +1,7 @@
 # bdsgd: the whole evaluation as one DAG.
 #   traces (gather | import | simulate) -> split -> run-time model -> throughput of every policy
 #   -> convergence runs (task x policy x seed) -> figures and summary.csv
+#   and real distributed jobs (a parameter server and workers on torch.distributed)
 # Run with a profile, which names the config:  snakemake --profile profiles/smoke
 from snakemake.utils import min_version, validate
 
@@ -21,6 +22,7 @@ include: "workflow/rules/traces.smk"
 include: "workflow/rules/runtime_model.smk"
 include: "workflow/rules/throughput.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/distributed.smk"
 include: "workflow/rules/figures.smk"
 
 

@@ -150,6 +150,28 @@ class ResourcesConfig:
     train_gpus: int
     train_mem_mb: int
     train_runtime_min: int
+    distributed_launcher: str
+    distributed_gpus_per_task: int
+    distributed_mem_mb: int
+    distributed_runtime_min: int
+
+
+@dataclass(frozen=True)
+class DistributedJob:
+    workers: int
+    policy: str
+    iterations: int
+    task: str
+    late: str
+    delay_s: float
+    heartbeat_s: float
+    seed: int
+    inject_straggler: str | None = None
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    jobs: dict[str, DistributedJob]
 
 
 @dataclass(frozen=True)
@@ -163,6 +185,7 @@ class Config:
     train: TrainConfig | None  # None in a stage's config that reads nothing of it (see the schema)
     wandb: WandbConfig
     resources: ResourcesConfig
+    distributed: DistributedConfig
     source: str = ""  # the file it came from, for error messages; not part of the hash
 
     def to_dict(self) -> dict[str, Any]:
@@ -258,6 +281,8 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         train=None if train is None else _sub(TrainConfig, train),
         wandb=_sub(WandbConfig, data["wandb"]),
         resources=_sub(ResourcesConfig, data["resources"]),
+        distributed=DistributedConfig({name: _sub(DistributedJob, job) for name, job
+                                       in data["distributed"]["jobs"].items()}),
         source=source,
     )
 

@@ -10,6 +10,7 @@ from tests.conftest import REPO, tiny_config
 SECTIONS = {
     "model": C.ModelConfig, "policies": C.PoliciesConfig, "throughput": C.ThroughputConfig,
     "train": C.TrainConfig, "wandb": C.WandbConfig, "resources": C.ResourcesConfig,
+    "distributed": C.DistributedConfig,
 }
 
 
@@ -20,7 +21,8 @@ def test_schema_and_dataclasses_agree():
     assert top == set(schema["properties"])
     pairs = [(cls, schema["properties"][name]) for name, cls in SECTIONS.items()]
     pairs += [(C.TraceSpec, schema["$defs"]["trace"]), (C.SimulateConfig, schema["$defs"]["simulate"]),
-              (C.GatherConfig, schema["$defs"]["gather"])]
+              (C.GatherConfig, schema["$defs"]["gather"]),
+              (C.DistributedJob, schema["$defs"]["distributed_job"])]
     for cls, section in pairs:
         assert {f.name for f in dataclasses.fields(cls)} == set(section["properties"]), cls.__name__
 

@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import REPO, run_cli
 
 from bdsgd.distributed.ps import Round
 from bdsgd.traces.io import read_trace
@@ -33,8 +37,9 @@ def distributed(tmp_path: Path, config: Path, name: str, *flags: str, check: boo
     """Run `bdsgd distributed` with 3 workers; (its result, its process). Afterwards no process
     of the job (whose command line holds the result's path) may still run."""
     out = tmp_path / f"{name}.json"
+    delay = () if "--delay-s" in flags else ("--delay-s", "0.02")
     proc = run_cli("distributed", "--workers", WORKERS, "--config", config, "--json", out,
-                   "--delay-s", "0.02", *flags, check=check)
+                   *delay, *flags, check=check)
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
     assert not left.strip(), f"processes left behind: {left}"
     return (json.loads(out.read_text()) if out.exists() else None), proc
@@ -103,3 +108,37 @@ def test_bad_flags_are_one_line_errors(tmp_path, config):
         result, proc = distributed(tmp_path, config, "bad", *args, check=False)
         assert proc.returncode == 2 and result is None
         assert proc.stderr.count("\n") == 1 and field in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_job_resumes_from_the_servers_checkpoint(tmp_path, config):
+    """SIGKILL the whole job (server, workers, launcher) once the server has checkpointed: no
+    process is left, and the same command resumes from the checkpoint instead of from zero."""
+    cfg = yaml.safe_load(config.read_text())
+    cfg["train"]["checkpoint_every"] = 5
+    config.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "resume.json"
+    args = [sys.executable, "-m", "bdsgd", "distributed", "--workers", str(WORKERS), "--config",
+            str(config), "--json", str(out), "--policy", "sync", "--iterations", "60",
+            "--delay-s", "0.05"]
+    job = subprocess.Popen(args, start_new_session=True, cwd=REPO, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    checkpoint = tmp_path / "resume.checkpoint.pt"
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert checkpoint.exists() and job.poll() is None
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    time.sleep(0.5)
+    assert not subprocess.run(["pgrep", "-f", str(out)], capture_output=True).stdout
+    assert not out.exists()
+    result, proc = distributed(tmp_path, config, "resume", "--policy", "sync", "--iterations",
+                               "60", "--delay-s", "0.05")
+    assert "resumed from" in proc.stdout
+    assert result["resumed_from_iteration"] >= 5 and result["iterations"] == 60
+    assert not checkpoint.exists()
+    metrics = pd.read_parquet(result["metrics"])
+    assert metrics["iteration"].tolist() == list(range(1, 61))

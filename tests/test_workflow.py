@@ -187,3 +187,20 @@ def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
     else:  # the train stage's config changed: every run reads it
         assert jobs["stage_config"] == {"results/tiny/config/train/digits.yaml"}
         assert jobs["train"] == {f"{runs}/{p}/seed0/{f}" for p in ("sync", "bdsgd") for f in outputs}
+
+
+def test_a_distributed_job_asks_for_a_task_per_process_and_launches_through_srun(tmp_path):
+    """A distributed job declares workers + 1 tasks with the SLURM executor's mpi convention;
+    with resources.distributed_launcher: srun its command is one srun step of those tasks."""
+    cfg = yaml.safe_load((REPO / "configs/smoke.yaml").read_text())
+    cfg["resources"] = {"distributed_launcher": "srun", "distributed_gpus_per_task": 1}
+    path = tmp_path / "srun.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", "--printshellcmds", "--configfile", str(path), "--cores", "1",
+                     "--directory", str(tmp_path), "--snakefile", str(REPO / "Snakefile"),
+                     "results/smoke/distributed/straggler/result.json")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "tasks=4" in out and "mpi=srun" in out and "gpus_per_task=1" in out
+    assert "srun -n 4 bdsgd distributed" in out
+    assert "--workers 3 --policy static" in out and "--inject-straggler 1:5" in out

@@ -38,4 +38,9 @@ What the established systems teach, and what is done here:
 ``bdsgd distributed`` (``launch``) starts the n + 1 processes on this machine (a free port, all
 children stopped on exit or Ctrl-C); under SLURM the same module runs as one srun step of n + 1
 tasks, ranks and rendezvous from SLURM's environment (``bdsgd.traces.gather``'s convention).
+
+The server checkpoints every train.checkpoint_every iterations (model, optimiser, the trace and
+metrics so far, what the policy observed) beside its result; the same command after a killed
+server resumes there with fresh workers, the policy rebuilt and shown the recorded iterations.
+Wall times are real, so a resumed run is not byte-identical to an uninterrupted one.
 """

@@ -7,6 +7,8 @@ whichever worker delivers first, and learns a worker is gone when its connection
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import queue
 import threading
@@ -98,6 +100,8 @@ class ParameterServer:
         self.runtimes, self.censored = np.full((K, n), np.nan), np.zeros((K, n), bool)
         self.started: dict[int, float] = {}
         self.stale = 0
+        self.observed: list[Observation] = []  # what the policy saw, for a resumed policy
+        self.ckpt = Path(f"{Path(job.json).with_suffix('')}.checkpoint.pt")
 
     # -------------------------------------------------------------------------- messages
     def _send(self, rank: int, t: int) -> None:
@@ -182,8 +186,12 @@ class ParameterServer:
     # ----------------------------------------------------------------------------- run
     def run(self) -> dict:
         job, tc = self.job, self.tc
-        server, rows, wall0 = Server(self.policy, self.n), [], time.perf_counter()
-        for t in range(job.iterations):
+        server, rows, start, wall_before = Server(self.policy, self.n), [], 0, 0.0
+        state = self._resume()
+        if state is not None:
+            rows, start, wall_before = state["rows"], len(state["rows"]), state["wall_s"]
+        wall0 = time.perf_counter() - wall_before
+        for t in range(start, job.iterations):
             loss: list[float] = []
             step = server.step(lambda c, t=t, loss=loss: _keep(self.iteration(t, c), loss))
             done = t + 1
@@ -195,15 +203,58 @@ class ParameterServer:
                          "lr": self.optimizer.param_groups[0]["lr"], "train_loss": loss[0],
                          "live_workers": len(self.live), "stale": self.stale,
                          "decision_s": step.policy_s, "test_accuracy": accuracy})
+            self.observed.append(step.obs)
             print(f"iteration {done}/{job.iterations}: c={step.obs.cutoff}, "
                   f"{step.obs.cutoff_time:.3f} s", flush=True)
+            if done % tc.checkpoint_every == 0 and done < job.iterations:
+                self._checkpoint(rows, time.perf_counter() - wall0)
         wall = time.perf_counter() - wall0
         for rank in sorted(self.live):
             dist.send(torch.cat([torch.tensor([STOP, job.iterations]), torch.zeros(self.size)]),
                       dst=rank)
-        return self._write(pd.DataFrame(rows, columns=list(COLUMNS)), wall)
+        result = self._write(pd.DataFrame(rows, columns=list(COLUMNS)), wall, start)
+        self.ckpt.unlink(missing_ok=True)  # the run is complete: its outputs replace it
+        return result
 
-    def _write(self, metrics: pd.DataFrame, wall: float) -> dict:
+    # ---------------------------------------------------------------------- checkpoints
+    def _identity(self) -> dict:
+        """What a checkpoint must match to be resumed: the job but for its fault injection."""
+        return {**dataclasses.asdict(self.job), "kill": None, "config_hash": self.cfg.hash()}
+
+    def _checkpoint(self, rows: list[dict], wall_s: float) -> None:
+        obs = self.observed
+        state = {"identity": json.dumps(self._identity()), "rows": rows, "wall_s": wall_s,
+                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "runtimes": torch.from_numpy(self.runtimes),
+                 "censored": torch.from_numpy(self.censored), "stale": self.stale,
+                 "dead": json.dumps(self.dead),
+                 "obs_cutoff": [o.cutoff for o in obs], "obs_tau": [o.cutoff_time for o in obs],
+                 "obs_runtimes": torch.from_numpy(np.array([o.runtimes for o in obs]))}
+        write_with(self.ckpt, lambda tmp: torch.save(state, tmp))
+
+    def _resume(self) -> dict | None:
+        """Restore an interrupted run of this job (a killed server's checkpoint), or None.
+        The policy is rebuilt and shown the recorded iterations again, each chosen and observed
+        (its choice then is ignored: the cluster's timing cannot be replayed, only its record)."""
+        if not self.ckpt.exists():
+            return None
+        state = torch.load(self.ckpt, weights_only=True)
+        if state["identity"] != json.dumps(self._identity()):
+            print(f"discarding {self.ckpt}: checkpoint of another job", flush=True)
+            return None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.runtimes, self.censored = state["runtimes"].numpy(), state["censored"].numpy()
+        self.stale, self.dead = state["stale"], json.loads(state["dead"])
+        for t, (c, tau) in enumerate(zip(state["obs_cutoff"], state["obs_tau"], strict=True)):
+            self.policy.choose()
+            obs = Observation(t, c, state["obs_runtimes"][t].numpy(), tau)
+            self.policy.observe(obs)
+            self.observed.append(obs)
+        print(f"resumed from {self.ckpt} at iteration {len(state['rows'])}", flush=True)
+        return state
+
+    def _write(self, metrics: pd.DataFrame, wall: float, resumed_from: int) -> dict:
         job, out = self.job, Path(self.job.json)
         stem = out.with_suffix("")
         metrics_path, trace_path = Path(f"{stem}.metrics.parquet"), Path(f"{stem}.trace.parquet")
@@ -215,7 +266,7 @@ class ParameterServer:
         gradients = int(metrics["cutoff"].sum())
         result = {
             **stamp(self.cfg, job.seed, task=job.task, policy=job.policy),
-            "job": {**vars(job)},
+            "job": dataclasses.asdict(job),
             "policy": job.policy, "late": job.late, "workers": job.workers,
             "wall_s": wall, "iterations": int(len(metrics)), "gradients": gradients,
             "gradients_per_s": gradients / wall, "mean_cutoff": float(metrics["cutoff"].mean()),
@@ -224,6 +275,7 @@ class ParameterServer:
             "decision_latency_p50_s": float(metrics["decision_s"].median()),
             "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
             "metrics": str(metrics_path), "trace": str(trace_path),
+            "resumed_from_iteration": resumed_from,
         }
         write_json(out, result)
         print(f"{job.policy}: {len(metrics)} iterations in {wall:.2f} s, "

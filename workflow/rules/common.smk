@@ -23,6 +23,7 @@ FIG_DIR = f"figures/{EXP}"
 CONFIG_FILE = f"{RESULTS}/config.yaml"  # the whole resolved config, for the record only
 TRAIN = config["train"]
 RES = config["resources"]
+DIST = config["distributed"]["jobs"]
 
 
 # ----------------------------------------------------------------------------- traces
@@ -65,7 +66,8 @@ def throughput_policies():
 
 # --------------------------------------------------------------------- stage configs
 # The rules that read a config file of their own (config_slice says what each holds).
-STAGES = ("simulate_trace", "gather_trace", "train_model", "evaluate_model", "throughput", "train")
+STAGES = ("simulate_trace", "gather_trace", "train_model", "evaluate_model", "throughput", "train",
+          "distributed")
 
 
 def stage_config(stage, name):
@@ -102,10 +104,11 @@ def config_slice(stage, name):
       throughput                    ... and seed (of the randomised policies)
       train                         experiment, the trace it replays, policies:, throughput.comm_s,
                                     train: (see train_spec), wandb:
+      distributed                   experiment, train.trace, policies:, train: of its job's task
     """
     if stage not in STAGES:
         raise ValueError(f"no config file for stage {stage!r}; stages: {STAGES}")
-    trace = TRAIN["trace"] if stage == "train" else name
+    trace = TRAIN["trace"] if stage in ("train", "distributed") else name
     out = {"experiment": EXP, "traces": {trace: trace_spec(trace)}}
     if stage in ("simulate_trace", "gather_trace", "train_model", "throughput"):
         out["seed"] = config["seed"]
@@ -117,6 +120,9 @@ def config_slice(stage, name):
     if stage == "train":
         out["train"] = train_spec(name)
         out["wandb"] = config["wandb"]
+    if stage == "distributed":
+        out["policies"] = config["policies"]
+        out["train"] = train_spec(DIST[name]["task"])
     return yaml.safe_dump(out, sort_keys=True)
 
 
@@ -166,6 +172,18 @@ def figure_targets():
     return tables + per_trace
 
 
+# ------------------------------------------------------------------------ distributed
+def distributed_flags(job):
+    """The command-line flags of one distributed job (the config file holds the rest)."""
+    spec = DIST[job]
+    flags = [f"--{key.replace('_', '-')} {spec[key]}" for key in
+             ("workers", "policy", "iterations", "task", "late", "delay_s", "heartbeat_s", "seed")]
+    if spec.get("inject_straggler"):
+        flags.append(f"--inject-straggler {spec['inject_straggler']}")
+    return " ".join(flags)
+
+
 def all_targets():
     evaluations = [f"{RESULTS}/models/{t}/evaluation.json" for t in config["traces"]]
-    return figure_targets() + evaluations + [CONFIG_FILE]
+    distributed = [f"{RESULTS}/distributed/{job}/result.json" for job in DIST]
+    return figure_targets() + evaluations + distributed + [CONFIG_FILE]

@@ -1,0 +1,35 @@
+# Stage 6: real distributed jobs from distributed.jobs: a parameter server and its workers on
+# torch.distributed (bdsgd distributed), each writing its result, per-iteration metrics and the
+# run-time trace it recorded. One task per process (workers + 1): under the SLURM executor the
+# job asks for that many tasks and, with resources.distributed_launcher: srun, runs as one srun
+# step of them (the executor's mpi convention); locally bdsgd starts the processes itself.
+
+
+rule distributed:
+    input:
+        config=stage_config("distributed", "{job}"),
+        model=lambda wc: model_input(TRAIN["trace"], [DIST[wc.job]["policy"]]),
+    output:
+        result=f"{RESULTS}/distributed/{{job}}/result.json",
+        metrics=f"{RESULTS}/distributed/{{job}}/result.metrics.parquet",
+        trace=f"{RESULTS}/distributed/{{job}}/result.trace.parquet",
+    log:
+        f"{LOGS}/distributed/{{job}}.log",
+    params:
+        flags=lambda wc: distributed_flags(wc.job),
+        model=lambda wc, input: f"--model {input.model}" if input.model else "",
+        launch=lambda wc, resources: (f"{resources.mpi} -n {resources.tasks}"
+                                      if RES["distributed_launcher"] == "srun" else ""),
+    # locally: one core per process
+    threads: lambda wc: DIST[wc.job]["workers"] + 1
+    resources:
+        tasks=lambda wc: DIST[wc.job]["workers"] + 1,
+        mpi="srun",
+        gpus_per_task=RES["distributed_gpus_per_task"],
+        mem_mb=RES["distributed_mem_mb"],
+        runtime=RES["distributed_runtime_min"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "{params.launch} bdsgd distributed --config {input.config} {params.flags} {params.model} "
+        "--json {output.result} > {log} 2>&1"
