@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -65,9 +66,10 @@ def launch(job: Job) -> dict:
         for rank in range(world):
             procs.append(subprocess.Popen(cmd, env={**base, "RANK": str(rank)}))
         code = procs[0].wait()
+        deadline = time.monotonic() + GRACE_S
         for proc in procs[1:]:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=GRACE_S)
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -7,6 +7,7 @@ whichever worker delivers first, and learns a worker is gone when its connection
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -106,7 +107,11 @@ class ParameterServer:
     # -------------------------------------------------------------------------- messages
     def _send(self, rank: int, t: int) -> None:
         theta = parameters_to_vector(self.model.parameters()).detach()
-        dist.send(torch.cat([torch.tensor([PARAMS, t], dtype=theta.dtype), theta]), dst=rank)
+        try:
+            dist.send(torch.cat([torch.tensor([PARAMS, t], dtype=theta.dtype), theta]), dst=rank)
+        except RuntimeError:  # its connection broke before its listener told us
+            self._bury(rank, t)
+            return
         self.sent[rank] = t
         self.busy.add(rank)
 
@@ -210,8 +215,9 @@ class ParameterServer:
                 self._checkpoint(rows, time.perf_counter() - wall0)
         wall = time.perf_counter() - wall0
         for rank in sorted(self.live):
-            dist.send(torch.cat([torch.tensor([STOP, job.iterations]), torch.zeros(self.size)]),
-                      dst=rank)
+            with contextlib.suppress(RuntimeError):  # one that died at the end stops anyway
+                dist.send(torch.cat([torch.tensor([STOP, job.iterations]),
+                                     torch.zeros(self.size)]), dst=rank)
         result = self._write(pd.DataFrame(rows, columns=list(COLUMNS)), wall, start)
         self.ckpt.unlink(missing_ok=True)  # the run is complete: its outputs replace it
         return result

@@ -97,7 +97,10 @@ def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir) -> None:
             if not abandoned:
                 grads = flat(p.grad for p in model.parameters())
                 header = torch.tensor([t, time.perf_counter() - start, loss], dtype=grads.dtype)
-                dist.send(torch.cat([header, grads]), dst=0)
+                try:
+                    dist.send(torch.cat([header, grads]), dst=0)
+                except RuntimeError:  # the server is gone (done, or killed): nothing to do
+                    return
             msg = inbox.get()
     finally:
         stop.set()
