@@ -4,22 +4,24 @@ Two questions, answered side by side in one run on this machine (gloo, CPU):
 
 1. Fidelity of the virtual clock. Each policy (sync, static, and optionally ecdf and bandit)
    trains for real with a 5x straggler under ``--late finish``, so that the server records the
-   straggler's late run-times. The same policy is then replayed (``bdsgd.server.replay``) on two
+   straggler's late run-times. The same policy is then replayed (``bdsgd.server.replay``) on three
    traces: the run's own recorded trace, whose still-censored entries (the iterations whose
    parameters the busy straggler never received, and the last iterations) are set to their lower
    bound, the cutoff time (exact wherever the replay makes the run's decisions: a censored worker
-   was never among the c fastest); and the sync run's trace, which is complete (sync censors
-   nothing), as a prediction made from one run of another policy. Virtual time against the real
-   sum of iteration times, the server's wall_s, and the whole command (process start included);
-   virtual against real gradients per second.
+   was never among the c fastest); the sync run's trace, which is complete (sync censors
+   nothing), as a prediction made from one run of another policy; and the injected work alone,
+   (delay + compute) x factor, which a virtual cluster that knows only the work would charge
+   (no messages). Virtual time against the real sum of iteration times, the server's wall_s,
+   and the whole command (process start included); virtual against real gradients per second.
 2. Overhead against DDP. torch's DistributedDataParallel (gloo all-reduce) on the digits network,
    the same n, batch per worker, data shards, delay and straggler, timed here, against ``sync``
    (and the cutoff policies, under a straggler) through the parameter server: seconds per
    iteration and gradients per second in the steady state (after a warm-up). Then the messages
    alone: the server's pattern (send theta to n workers, receive n gradients) against an
-   all-reduce among the n workers, for growing vectors, fitted as latency + seconds per
-   parameter, to say where the gather-and-broadcast costs more than a ring all-reduce and at
-   what model size that matters against a --delay-s iteration.
+   all-reduce among the n workers, for growing vectors (best of the rounds: other load only
+   adds), fitted as latency + seconds per parameter, to say where the gather-and-broadcast
+   costs more than a ring all-reduce and at what model size that matters against a --delay-s
+   iteration.
 
     .venv/bin/python benchmarks/bench_distributed.py [--workers 3] [--iterations 40] \\
         [--delay-s 0.05] [--factor 5] [--learning ecdf,bandit] [--out DIR]
@@ -97,7 +99,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_phase(args, rank: int, group, straggler: bool, delay_s: float) -> dict | None:
+def _ddp_phase(args, rank: int, group, straggler: bool, delay_s: float,
+               compute_s: float) -> dict | None:
     """K iterations of DDP on ranks 1..n (rank 0 waits); rank 1 returns the timings."""
     import numpy as np
     import torch
@@ -118,26 +121,26 @@ def _ddp_phase(args, rank: int, group, straggler: bool, delay_s: float) -> dict 
     model = DistributedDataParallel(data.make_model(), process_group=group)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     factor = args.factor if straggler and w == 0 else 1.0
-    compute, ends = [], []
+    steps, ends = [], []
     dist.barrier(group)
     start = time.perf_counter()
     for t in range(K):
         x, y = data.batch(data.train, streams.batch(t, np.array([w])))
         # the injected work comes before the backward pass, whose all-reduce then waits for it;
         # as in the server's workers, the straggler's whole work (delay + compute) is factor x
-        c = float(np.median(compute)) if compute else 0.0
-        time.sleep(max(0.0, (delay_s + c) * factor - c))
+        # (compute: one forward + backward, measured alone: the step below holds the all-reduce)
+        time.sleep(max(0.0, (delay_s + compute_s) * factor - compute_s))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()  # the all-reduce runs inside
         opt.step()
-        compute.append(time.perf_counter() - t0)
+        steps.append(time.perf_counter() - t0)
         ends.append(time.perf_counter() - start)
     dist.barrier(group)
     dist.barrier()
     if rank != 1:
         return None
-    return {"steady_s": steady(ends, args.warmup), "step_s_median": float(np.median(compute)),
+    return {"steady_s": steady(ends, args.warmup), "step_s_median": float(np.median(steps)),
             "iterations": args.iterations}
 
 
@@ -149,23 +152,24 @@ def _messages(args, rank: int, group, sizes: list[int]) -> dict | None:
 
     n, out = args.workers, {}
     for size in sizes:
-        rounds = max(3, min(40, int(2e7 // size)))
+        rounds = max(5, min(40, int(4e7 // size)))
         buf = torch.zeros(size + 3)
+        inbox = [torch.empty(size + 3) for _ in range(n)]
         dist.barrier()
         times = []
         for _ in range(rounds + 2):
             t0 = time.perf_counter()
-            if rank == 0:
-                for r in range(1, n + 1):  # the server sends one after the other, as ps._send
+            if rank == 0:  # the server's receives wait already (its listener threads)
+                reqs = [dist.irecv(inbox[r - 1], src=r) for r in range(1, n + 1)]
+                for r in range(1, n + 1):  # it sends one after the other, as ps._send
                     dist.send(buf, dst=r)
-                reqs = [dist.irecv(torch.empty(size + 3), src=r) for r in range(1, n + 1)]
                 for req in reqs:
                     req.wait()
             else:
                 dist.recv(buf, src=0)
                 dist.send(buf, dst=0)
             times.append(time.perf_counter() - t0)
-        ps = sorted(times[2:])[len(times[2:]) // 2]
+        ps = times[2:]
         dist.barrier()
         times = []
         if rank != 0:
@@ -177,16 +181,18 @@ def _messages(args, rank: int, group, sizes: list[int]) -> dict | None:
                 times.append(time.perf_counter() - t0)
         dist.barrier()
         if rank == 1:
-            ar = torch.tensor([sorted(times[2:])[len(times[2:]) // 2]])
-            dist.send(ar, dst=0)
+            dist.send(torch.tensor(times[2:], dtype=torch.float64), dst=0)
         elif rank == 0:
-            ar = torch.zeros(1)
+            ar = torch.zeros(rounds, dtype=torch.float64)
             dist.recv(ar, src=1)
-            out[size] = {"ps_round_s": ps, "allreduce_s": float(ar)}
+            ar = ar.tolist()
+            out[size] = {"ps_round_s": min(ps), "allreduce_s": min(ar),
+                         "ps_round_median_s": sorted(ps)[rounds // 2],
+                         "allreduce_median_s": sorted(ar)[rounds // 2], "rounds": rounds}
     return out if rank == 0 else None
 
 
-def _spawned(rank: int, args, port: int, sizes: list[int], out_dir: str) -> None:
+def _spawned(rank: int, args, port: int, sizes: list[int], out_dir: str, compute_s: float) -> None:
     import torch
     import torch.distributed as dist
 
@@ -198,7 +204,7 @@ def _spawned(rank: int, args, port: int, sizes: list[int], out_dir: str) -> None
     result = {}
     for name, straggler, delay in (("ddp_calm", False, args.delay_s), ("ddp_zero", False, 0.0),
                                    ("ddp_straggler", True, args.delay_s)):
-        result[name] = _ddp_phase(args, rank, group, straggler, delay)
+        result[name] = _ddp_phase(args, rank, group, straggler, delay, compute_s)
     result["messages"] = _messages(args, rank, group, sizes)
     dist.barrier()
     dist.destroy_process_group()
@@ -207,12 +213,12 @@ def _spawned(rank: int, args, port: int, sizes: list[int], out_dir: str) -> None
         Path(out_dir, f"spawned_{rank}.json").write_text(json.dumps(kept))
 
 
-def ddp_and_messages(args, out: Path, sizes: list[int]) -> dict:
+def ddp_and_messages(args, out: Path, sizes: list[int], compute_s: float) -> dict:
     import torch.multiprocessing as mp
 
     os.environ["OMP_NUM_THREADS"] = "1"
     start = time.perf_counter()
-    mp.spawn(_spawned, args=(args, _free_port(), sizes, str(out)), nprocs=args.workers + 1,
+    mp.spawn(_spawned, args=(args, _free_port(), sizes, str(out), compute_s), nprocs=args.workers + 1,
              join=True)
     print(f"  DDP and messages: {time.perf_counter() - start:.2f} s", file=sys.stderr, flush=True)
     merged = {}
@@ -249,9 +255,9 @@ def compute_per_gradient(batch: int, n: int) -> tuple[float, int]:
 
 
 # ----------------------------------------------------------------------------- virtual
-def virtual(name: str, trace, cfg, n: int, batch: int):
-    """Replay the policy on a trace (censored entries at their lower bound); (Replay, cells
-    that were censored)."""
+def virtual(name: str, trace, cfg, n: int, batch: int, comm_s: float = 0.0):
+    """Replay the policy on a trace (censored entries at their lower bound), each iteration
+    charged comm_s more; (Replay, cells that were censored)."""
     import dataclasses
 
     import numpy as np
@@ -261,9 +267,9 @@ def virtual(name: str, trace, cfg, n: int, batch: int):
 
     censored = int(trace.censored.sum())
     complete = dataclasses.replace(trace, censored=np.zeros_like(trace.censored))
-    policy = make_policy(name, n, cfg.policies, seed=0, comm_s=0.0, objective="throughput",
+    policy = make_policy(name, n, cfg.policies, seed=0, comm_s=comm_s, objective="throughput",
                          batch=batch, lr_scaling=cfg.training().lr_scaling)
-    return replay(complete, policy), censored
+    return replay(complete, policy, comm_s), censored
 
 
 def main() -> None:
@@ -277,7 +283,8 @@ def main() -> None:
         "experiment": "bench", "traces": {"t": {"source": "simulate"}},
         "policies": {"static_backups": 1},  # static: c = n - 1
         "train": {"trace": "t", "tasks": ["digits"], "batch_size": args.batch,
-                  "eval_every": 10 * K}}))  # one test evaluation, after the last iteration
+                  # one test evaluation, after the last iteration; no checkpoint in the loop
+                  "eval_every": 10 * K, "checkpoint_every": 10 * K}}))
     learning = [p for p in args.learning.split(",") if p]
     sizes = [int(float(s)) for s in args.sizes.split(",") if s]
     print(f"outputs in {out}", file=sys.stderr)
@@ -300,7 +307,7 @@ def main() -> None:
                                           delay_s=args.delay_s)
     runs["sync_zero"] = bdsgd_distributed(args, out, "sync_zero", "sync", straggler=False,
                                           delay_s=0.0)
-    spawned = ddp_and_messages(args, out, [params, *sizes])
+    spawned = ddp_and_messages(args, out, [params, *sizes], compute_s)
     metrics = {k: pd.read_parquet(r["metrics"]) for k, r in runs.items()}
     for k, r in runs.items():
         r["steady_s"] = steady(metrics[k]["wall_time_s"].to_numpy(), args.warmup)
@@ -311,21 +318,26 @@ def main() -> None:
     work = np.full((K, n), args.delay_s + compute_s)  # what the workers were told to take
     work[:, 0] *= args.factor
     injected = from_arrays(work, {"source": "injected", "time_unit": "s"})
+    # one sync run without a straggler calibrates what the work leaves out, per iteration
+    overhead = runs["sync_calm"]["steady_s"] - args.delay_s - compute_s
     print(f"\n1. Virtual clock against the real run ({n} workers, {K} iterations, worker 0 "
           f"{args.factor:g}x, delay {args.delay_s} s, --late finish). Ratios virtual / real.")
     print(f"{'policy':<8} {'trace':<5} {'censored':>8} {'same c':>7} {'virtual s':>9} "
           f"{'sum iter s':>10} {'wall_s':>7} {'command s':>9} | {'v/sum':>6} {'v/wall':>6} "
           f"{'v/cmd':>6} {'rate v/r':>8}")
     print("trace own: the run's recorded trace (censored entries at their bound); sync: the sync "
-          "run's (complete); inj: the injected work alone, (delay + compute) x factor, no messages")
+          "run's (complete); inj: the injected work alone, (delay + compute) x factor, no messages; "
+          f"inj+c: the same + {1e3 * overhead:.2f} ms per iteration (sync, no straggler: seconds "
+          "per iteration - delay - compute)")
     for policy in ["sync", "static", *learning]:
         run, m = runs[policy], metrics[policy]
         sum_iter = float(m["iteration_time_s"].sum())
-        for label, trace in (("own", read_trace(run["trace"])), ("sync", sync_trace),
-                             ("inj", injected)):
+        for label, trace, comm in (("own", read_trace(run["trace"]), 0.0),
+                                   ("sync", sync_trace, 0.0), ("inj", injected, 0.0),
+                                   ("inj+c", injected, overhead)):
             if label == "sync" and policy == "sync":
                 continue
-            rep, cens = virtual(policy, trace, cfg, n, args.batch)
+            rep, cens = virtual(policy, trace, cfg, n, args.batch, comm)
             v = float(rep.durations.sum())
             same = float(np.mean(rep.cutoffs == m["cutoff"].to_numpy()))
             print(f"{policy:<8} {label:<5} {cens:>8d} {same:>7.0%} {v:>9.3f} {sum_iter:>10.3f} "
@@ -361,28 +373,40 @@ def main() -> None:
         c = float(metrics[k]["cutoff"].iloc[args.warmup:].mean())
         print(f"{label:<34} {ps:>8.4f} {ddp:>8.4f} {ps / ddp:>7.3f} {c / ps:>9.1f} "
               f"{n / ddp:>10.1f} {(c / ps) / (n / ddp):>13.3f} {c:>6.2f}")
-    zero_ps, zero_ddp = runs["sync_zero"]["steady_s"], spawned["ddp_zero"]["steady_s"]
-    print(f"At delay 0, beyond one gradient's compute: PS {1e3 * (zero_ps - compute_s):.2f} ms, "
-          f"DDP {1e3 * (zero_ddp - compute_s):.2f} ms per iteration")
+    print("Per iteration beyond the work (delay + one gradient's compute), ms: messages, "
+          "waking and Python")
+    for delay, ps_key, ddp_key in ((0.0, "sync_zero", "ddp_zero"),
+                                   (args.delay_s, "sync_calm", "ddp_calm")):
+        work = delay + compute_s
+        print(f"  delay {delay:g}: PS {1e3 * (runs[ps_key]['steady_s'] - work):.2f}, "
+              f"DDP {1e3 * (spawned[ddp_key]['steady_s'] - work):.2f} (its step: forward, "
+              f"backward with the all-reduce, optimizer, median "
+              f"{1e3 * spawned[ddp_key]['step_s_median']:.2f})")
 
     msgs = spawned["messages"]
     print(f"\nMessages alone ({n} workers; the server sends theta to each, one after the other, "
-          "and receives n gradients; all-reduce among the n workers), median ms:")
-    print(f"{'parameters':>10} {'PS round':>9} {'all-reduce':>10} {'PS/AR':>6}")
+          "and receives n gradients; all-reduce among the n workers), ms, best of the rounds "
+          "(median in brackets):")
+    print(f"{'parameters':>10} {'rounds':>6} {'PS round':>16} {'all-reduce':>16} {'PS/AR':>6}")
     for size in sorted(msgs):
-        ps, ar = msgs[size]["ps_round_s"], msgs[size]["allreduce_s"]
-        print(f"{size:>10,} {1e3 * ps:>9.3f} {1e3 * ar:>10.3f} {ps / ar:>6.2f}")
-    x = np.array(sorted(msgs), float)
+        m = msgs[size]
+        ps, ar = m["ps_round_s"], m["allreduce_s"]
+        print(f"{size:>10,} {m['rounds']:>6} {1e3 * ps:>7.3f} [{1e3 * m['ps_round_median_s']:>6.3f}] "
+              f"{1e3 * ar:>7.3f} [{1e3 * m['allreduce_median_s']:>6.3f}] {ps / ar:>6.2f}")
+    big = [size for size in sorted(msgs) if size >= 100_000]
+    x = np.array(big if len(big) >= 2 else sorted(msgs), float)
     fit = {}
     for key in ("ps_round_s", "allreduce_s"):
         y = np.array([msgs[int(s)][key] for s in x])
         slope, intercept = np.polyfit(x, y, 1)
         fit[key] = (intercept, slope)
-    (a_ps, b_ps), (a_ar, b_ar) = fit["ps_round_s"], fit["allreduce_s"]
-    print(f"fit latency + per parameter: PS {1e3 * a_ps:.3f} ms + {1e9 * b_ps:.2f} ns/param, "
-          f"all-reduce {1e3 * a_ar:.3f} ms + {1e9 * b_ar:.2f} ns/param "
-          f"(bytes moved per iteration: PS server 2n x 4P = {8 * n} B/param, "
-          f"ring all-reduce per worker 2(n-1)/n x 4P x 2 = {16 * (n - 1) / n:.1f} B/param)")
+    b_ps, b_ar = fit["ps_round_s"][1], fit["allreduce_s"][1]
+    print(f"per parameter (least squares over {', '.join(f'{int(v):,}' for v in x)}): PS "
+          f"{1e9 * b_ps:.2f} ns, all-reduce {1e9 * b_ar:.2f} ns")
+    print(f"bytes per parameter and iteration, sent + received: the server 2n x 4 = {8 * n}, a "
+          f"ring all-reduce's busiest process 2 x 2(n-1)/n x 4 = {16 * (n - 1) / n:.1f} (ratio "
+          f"n^2 / 2(n-1) = {n * n / (2 * (n - 1)):.2f}: one link each); all processes together "
+          f"{8 * n} against {8 * (n - 1)} (ratio {n / (n - 1):.2f}: one shared memory bus)")
     extra = b_ps - b_ar
     if extra > 0:
         p10 = 0.1 * (args.delay_s + compute_s) / extra

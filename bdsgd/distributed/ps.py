@@ -99,7 +99,8 @@ class ParameterServer:
         self.busy: set[int] = set()
         K = job.iterations
         self.runtimes, self.censored = np.full((K, n), np.nan), np.zeros((K, n), bool)
-        self.started: dict[int, float] = {}
+        # when each worker was sent each iteration's parameters: a run-time is measured from there
+        self.sent_at: dict[tuple[int, int], float] = {}
         self.stale = 0
         self.observed: list[Observation] = []  # what the policy saw, for a resumed policy
         self.ckpt = Path(f"{Path(job.json).with_suffix('')}.checkpoint.pt")
@@ -112,7 +113,7 @@ class ParameterServer:
         except RuntimeError:  # its connection broke before its listener told us
             self._bury(rank, t)
             return
-        self.sent[rank] = t
+        self.sent[rank], self.sent_at[rank, t] = t, time.perf_counter()
         self.busy.add(rank)
 
     def _bury(self, rank: int, t: int) -> None:
@@ -150,7 +151,6 @@ class ParameterServer:
     def iteration(self, t: int, c: int) -> tuple[Observation, float]:
         """Run iteration t with cutoff c: send, collect, apply. (observation, mean loss)."""
         t0 = time.perf_counter()
-        self.started[t] = t0
         late = self.job.late == "abandon"
         for rank in sorted(self.live):
             if rank not in self.busy or late:  # abandon: the busy ones drop their work
@@ -165,12 +165,15 @@ class ParameterServer:
             k, w, now = int(msg[0]), rank - 1, time.perf_counter()
             if self.sent[rank] == k:
                 self.busy.discard(rank)  # it delivered what it was last sent: idle
+            # its run-time: from when it was sent iteration k's parameters (a busy worker under
+            # finish gets them late) to its gradient's arrival
+            runtime = now - self.sent_at[rank, k]
             if rnd.offer(w, k, msg):
-                self.runtimes[t, w] = now - t0
+                self.runtimes[t, w] = runtime
             else:
                 self.stale += 1
                 if k < t and self.censored[k, w]:  # finish: the late value, observed after all
-                    self.runtimes[k, w], self.censored[k, w] = now - self.started[k], False
+                    self.runtimes[k, w], self.censored[k, w] = runtime, False
                 if not late and rank not in self.busy:
                     self._send(rank, t)
         tau = time.perf_counter() - t0
@@ -202,7 +205,9 @@ class ParameterServer:
             done = t + 1
             accuracy = math.nan
             if done % tc.eval_every == 0 or done == job.iterations:
+                evaluating = time.perf_counter()
                 accuracy = evaluate(self.model, self.data, torch.device("cpu"))[0]
+                wall0 += time.perf_counter() - evaluating  # not charged, as in the virtual trainer
             rows.append({"iteration": done, "wall_time_s": time.perf_counter() - wall0,
                          "cutoff": step.obs.cutoff, "iteration_time_s": step.obs.cutoff_time,
                          "lr": self.optimizer.param_groups[0]["lr"], "train_loss": loss[0],
