@@ -20,6 +20,7 @@ from test_training import (
 )
 
 import bdsgd.training.asynchronous as asynchronous
+import bdsgd.training.cyclic as cyclic
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training.asynchronous import schedule
@@ -124,14 +125,20 @@ def test_one_gradient_is_computed_per_applied_gradient(tmp_path, trace_path, mon
         applied / metrics(run)["virtual_time_s"].iloc[-1])
 
 
-def test_resumed_async_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
+@pytest.mark.parametrize(("mode", "crash"), [
+    ("async", (asynchronous, "worker_gradient", 7 * N_WORKERS)),  # in round 7
+    ("cyclic", (cyclic, "apply_gradient", 8 * N_WORKERS)),  # in a round after the 5th
+])
+def test_resumed_run_of_a_mode_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch, mode,
+                                                        crash):
+    """Killed after the checkpoint of round 5, the same call resumes to identical metrics,
+    parameters and staleness."""
     cfg = make_cfg(max_iterations=12, checkpoint_every=5)
-    whole = train_run(cfg, "digits", "async", 0, trace_path, tmp_path / "whole")
+    whole = train_run(cfg, "digits", mode, 0, trace_path, tmp_path / "whole")
 
-    # in round 7, after the checkpoint of round 5
-    crash_at_call(monkeypatch, asynchronous, "worker_gradient", 7 * N_WORKERS)
+    crash_at_call(monkeypatch, *crash)
     resumed = interrupted_then_resumed(
-        monkeypatch, lambda out: train_run(cfg, "digits", "async", 0, trace_path, out),
+        monkeypatch, lambda out: train_run(cfg, "digits", mode, 0, trace_path, out),
         tmp_path / "resumed")
     assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
     assert json.loads((resumed / "result.json").read_text())["wallclock"][

@@ -1,9 +1,8 @@
-"""Cyclic updates with dynamic delays: the token's schedule, the update rule, cost, resume (the
-CLI run is test_asynchronous's, for both modes)."""
+"""Cyclic updates with dynamic delays: the token's schedule, the update rule, cost (resume and
+the CLI run are test_asynchronous's, for both modes)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -14,8 +13,6 @@ from test_asynchronous import STALENESS, summary, write
 from test_training import (
     N_WORKERS,
     T_ROWS,
-    crash_at_call,
-    interrupted_then_resumed,
     make_cfg,
     metrics,
 )
@@ -144,22 +141,6 @@ def test_only_the_pushed_gradients_are_computed(tmp_path, trace_path, monkeypatc
     got = summary(run)
     assert got["gradients"] == 5 * N_WORKERS and set(STALENESS) <= got.keys()
     assert got["pushes"] >= len(seen) / 2
-
-
-def test_resumed_cyclic_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
-    cfg = make_cfg(max_iterations=12, checkpoint_every=5)
-    whole = train_run(cfg, "digits", "cyclic", 0, trace_path, tmp_path / "whole")
-    crash_at_call(monkeypatch, cyclic, "apply_gradient", 8 * N_WORKERS)  # after row 5's checkpoint
-    resumed = interrupted_then_resumed(
-        monkeypatch, lambda out: train_run(cfg, "digits", "cyclic", 0, trace_path, out),
-        tmp_path / "resumed")
-    assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
-    assert json.loads((resumed / "result.json").read_text())["wallclock"][
-        "resumed_from_iteration"] == 5
-    a = torch.load(whole / "model.pt", weights_only=True)
-    b = torch.load(resumed / "model.pt", weights_only=True)
-    for name in a:
-        assert torch.equal(a[name], b[name])
 
 
 def test_free_pushes_make_the_schedule_asynchronous_sgds():
