@@ -57,21 +57,7 @@ import torch
 from torch import nn
 
 from bdsgd.config import Config
-from bdsgd.training.common import (
-    STALENESS_LR,
-    Recorder,
-    apply_gradient,
-    backward,
-    load_checkpoint,
-    new_model,
-    prepare,
-    save_checkpoint,
-    staleness_summary,
-    stop_requests,
-    take_gradient,
-    torch_settings,
-    write_outputs,
-)
+from bdsgd.training import common
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +103,8 @@ def worker_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: i
                     device: torch.device) -> tuple[list, float]:
     """One worker's gradient of its mini-batch's mean loss at the model's parameters; the loss."""
     model.zero_grad(set_to_none=True)
-    loss = backward(model, x, y, chunk, device)
-    return take_gradient(model), loss.item()
+    loss = common.backward(model, x, y, chunk, device)
+    return common.take_gradient(model), loss.item()
 
 
 def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_path=None) -> Path:
@@ -126,36 +112,36 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
     ``history_path`` is checked and recorded only: no policy learns from it."""
     wall_start = time.perf_counter()
     comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
-    r = prepare(cfg, task, "async", seed, trace_path, out_dir, history_path)
+    r = common.prepare(cfg, task, "async", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
     rounds, lr = tc.max_iterations, tc.learning_rate / n
     sched = schedule(r.trace.runtimes, comm_s, rounds * n)
     needed = np.bincount(sched.worker, minlength=n)  # gradients of each worker that get applied
-    factor = STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+    factor = common.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
     print(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
           f"{rounds} rounds of n gradients, batch {tc.batch_size} per worker "
           f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient "
           f"(staleness_lr {tc.staleness_lr}), "
           f"comm {comm_s} s, target accuracy {r.target}, device {device}")
 
-    with torch_settings(tc.threads, device), stop_requests() as stop:
-        model, optimizer = new_model(r, seed, lr)
+    with common.torch_settings(tc.threads, device), common.stop_requests() as stop:
+        model, optimizer = common.new_model(r, seed, lr)
         flight: dict[int, tuple[list, float]] = {}  # worker -> its gradient in flight, its loss
 
         def compute(w: int, k: int) -> None:
             x, y = data.batch(data.train, streams.batch(k, np.array([w])))
             flight[w] = worker_gradient(model, x, y, tc.chunk_samples, device)
 
-        state = load_checkpoint(r, model, optimizer)
+        state = common.load_checkpoint(r, model, optimizer)
         if state is not None:
             flight = {w: ([None if g is None else g.to(device) for g in grads], loss)
                       for w, (grads, loss) in state["flight"].items()}
         else:
             for w in np.flatnonzero(needed):
                 compute(int(w), 0)
-        rec = Recorder(cfg, r, "async", seed, out_dir, None if state is None else state["metrics"],
-                       stop)
+        rec = common.Recorder(cfg, r, "async", seed, out_dir,
+                              None if state is None else state["metrics"], stop)
         start = rec.last
         # the workers applied since the last pull (none at a round's end unless its instant goes on)
         first = start * n
@@ -167,7 +153,7 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                 grads, loss = flight.pop(int(sched.worker[u]))
                 if factor[u] != 1.0:  # scale the gradient, not the rate: momentum keeps its past
                     grads = [None if g is None else g * float(factor[u]) for g in grads]
-                apply_gradient(model, optimizer, grads)
+                common.apply_gradient(model, optimizer, grads)
                 losses.append(loss)
                 if sched.pull[u]:
                     for v, k in zip(sched.worker[first:u + 1], sched.index[first:u + 1],
@@ -182,12 +168,11 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                 "iteration_time_s": now - rec.clock, "lr": lr * float(factor[rows].mean()),
                 "train_loss": float(np.mean(losses)),
                 "gradients": n, "staleness": float(sched.staleness[rows].mean())},
-                lambda: save_checkpoint(r, model, optimizer, metrics=rec.log, flight=flight))
+                lambda: common.save_checkpoint(r, model, optimizer, metrics=rec.log,
+                                               flight=flight))
         rec.close()
 
-    summary = write_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
+    common.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
-        staleness_summary(sched.staleness))
-    print(f"async staleness: mean {summary['mean_staleness']:.2f}, "
-          f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
+        sched.staleness)
     return out_dir

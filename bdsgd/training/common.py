@@ -341,3 +341,15 @@ def write_outputs(cfg: Config, run: Run, log: dict, model: nn.Module, trace_path
           f"{summary['gradients_per_s']:.2f} gradients/s, mean cutoff {summary['mean_cutoff']:.2f} "
           f"-> {out_dir}")
     return summary
+
+
+def write_stale_outputs(cfg: Config, run: Run, log: dict, model: nn.Module, trace_path,
+                        history_path, out_dir: Path, wallclock: dict, staleness: np.ndarray,
+                        extra: dict | None = None) -> dict:
+    """``write_outputs`` for a mode whose gradients are stale (async, cyclic): the staleness
+    summary joins result.json's summary and is printed."""
+    summary = write_outputs(cfg, run, log, model, trace_path, history_path, out_dir, wallclock,
+                            {**staleness_summary(staleness), **(extra or {})})
+    print(f"{run.identity['policy']} staleness: mean {summary['mean_staleness']:.2f}, "
+          f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
+    return summary

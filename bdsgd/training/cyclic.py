@@ -62,22 +62,9 @@ from pathlib import Path
 import numpy as np
 
 from bdsgd.config import Config
+from bdsgd.training import common
 from bdsgd.training.asynchronous import arrivals
-from bdsgd.training.common import (
-    STALENESS_LR,
-    Recorder,
-    apply_gradient,
-    backward,
-    load_checkpoint,
-    new_model,
-    prepare,
-    save_checkpoint,
-    staleness_summary,
-    stop_requests,
-    take_gradient,
-    torch_settings,
-    write_outputs,
-)
+from bdsgd.training.common import apply_gradient, backward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,20 +136,20 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
     ``history_path`` is checked and recorded only: no policy learns from it."""
     wall_start = time.perf_counter()
     comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
-    r = prepare(cfg, task, "cyclic", seed, trace_path, out_dir, history_path)
+    r = common.prepare(cfg, task, "cyclic", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
     lr = tc.learning_rate / n
     sched = schedule(r.trace.runtimes, comm_s, tc.max_iterations * n)
     groups, ends = sched.groups(), np.cumsum(sched.count)
-    scale = STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+    scale = common.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
     print(f"train {task} / cyclic / seed {seed}: n={n} workers, T={T} trace iterations, "
           f"{tc.max_iterations * n} gradients in {len(sched.worker)} pushes, batch "
           f"{tc.batch_size} per worker ({streams.per_epoch} per epoch), lr {tc.learning_rate} / n "
           f"per gradient, comm {comm_s} s per push, target accuracy {r.target}, device {device}")
 
-    with torch_settings(tc.threads, device), stop_requests() as stop:
-        model, optimizer = new_model(r, seed, lr)
+    with common.torch_settings(tc.threads, device), common.stop_requests() as stop:
+        model, optimizer = common.new_model(r, seed, lr)
         pending: dict[int, list] = {}  # update -> [sum of its gradients so far, sum of losses]
         row_loss = 0.0  # the losses of the gradients applied since the last row
 
@@ -175,15 +162,15 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                 loss = backward(model, x, y, tc.chunk_samples, device).item() * m
                 # m means summed: the union's mean x m; a group shares its pull and push, so
                 # its staleness u - p, and its learning-rate factor
-                weight = m * float(STALENESS_LR[tc.staleness_lr](u - p))
-                grads = [g * weight for g in take_gradient(model)]
+                weight = m * float(common.STALENESS_LR[tc.staleness_lr](u - p))
+                grads = [g * weight for g in common.take_gradient(model)]
                 if u in pending:
                     pending[u][0] = [a + b for a, b in zip(pending[u][0], grads, strict=True)]
                     pending[u][1] += loss
                 else:
                     pending[u] = [grads, loss]
 
-        state = load_checkpoint(r, model, optimizer)
+        state = common.load_checkpoint(r, model, optimizer)
         if state is None:
             compute(0)
             u0 = 0
@@ -191,8 +178,8 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
             pending = {u: [[g.to(device) for g in grads], loss]
                        for u, (grads, loss) in state["pending"].items()}
             u0 = state["update"]
-        rec = Recorder(cfg, r, "cyclic", seed, out_dir, None if state is None else state["metrics"],
-                       stop)
+        rec = common.Recorder(cfg, r, "cyclic", seed, out_dir,
+                              None if state is None else state["metrics"], stop)
         start, row_first = rec.last, u0  # the row's first update
         for u in range(u0, len(sched.worker)):
             grads, loss = pending.pop(u)
@@ -212,14 +199,12 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                 "train_loss": row_loss / int(sched.count[rows].sum()),
                 "gradients": int(sched.count[rows].sum()),
                 "staleness": float(sched.staleness[gradients].mean())},
-                lambda u=u: save_checkpoint(r, model, optimizer, metrics=rec.log, update=u + 1,
-                                            pending=pending))
+                lambda u=u: common.save_checkpoint(r, model, optimizer, metrics=rec.log,
+                                                   update=u + 1, pending=pending))
             row_first, row_loss = u + 1, 0.0
         rec.close()
 
-    summary = write_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
+    common.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
-        {**staleness_summary(sched.staleness), "pushes": len(sched.worker)})
-    print(f"cyclic staleness: mean {summary['mean_staleness']:.2f}, "
-          f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
+        sched.staleness, {"pushes": len(sched.worker)})
     return out_dir
