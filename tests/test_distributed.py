@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from conftest import REPO, run_cli
 
 from bdsgd.distributed.ps import Round
+from bdsgd.distributed.wire import rank_device
 from bdsgd.traces.io import read_trace
 
 WORKERS = 3
@@ -108,6 +110,28 @@ def test_bad_flags_are_one_line_errors(tmp_path, config):
         result, proc = distributed(tmp_path, config, "bad", *args, check=False)
         assert proc.returncode == 2 and result is None
         assert proc.stderr.count("\n") == 1 and field in proc.stderr, proc.stderr
+
+
+def test_ranks_take_the_nodes_gpus_in_turn(monkeypatch):
+    """One GPU per rank where there are enough, round robin where not; cpu stays cpu."""
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    devices = [rank_device("auto", local) for local in range(4)]
+    assert [d.index for d in devices] == [0, 1, 0, 1] and chosen == devices
+    assert rank_device("cpu", 3) == torch.device("cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for machines without CUDA")
+def test_asking_for_cuda_without_a_gpu_is_one_line_error(tmp_path, config):
+    cfg = yaml.safe_load(config.read_text())
+    cfg["train"]["device"] = "cuda"
+    config.write_text(yaml.safe_dump(cfg))
+    result, proc = distributed(tmp_path, config, "cuda", "--policy", "sync", "--iterations", "2",
+                               check=False)
+    assert proc.returncode == 2 and result is None
+    assert proc.stderr.count("\n") == 1 and "train.device" in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow

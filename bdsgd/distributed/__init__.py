@@ -1,8 +1,8 @@
 """Real distributed training with cutoffs: a parameter server on torch.distributed.
 
-Rank 0 is the server, ranks 1..n the workers (gloo on CPU, and with CUDA tensors where ranks
-share a GPU). One iteration t, through the same server loop as the virtual trainer
-(``bdsgd.server.Server.step``: the policy chooses c_t, the iteration runs, the policy observes):
+Rank 0 is the server, ranks 1..n the workers. One iteration t, through the same server loop
+as the virtual trainer (``bdsgd.server.Server.step``: the policy chooses c_t, the iteration
+runs, the policy observes):
 
     server   sends (t, theta_t) to every idle live worker, starts the clock
     worker   computes the gradient of its mini-batch (its shard, as in the virtual trainer), plus
@@ -34,6 +34,16 @@ What the established systems teach, and what is done here:
   over the gradients actually accepted.
 - The policy's decision time (choose + observe) is measured by ``Server.step`` and is part of the
   wall time here, as it would be on any real server.
+
+Devices (``train.device``): each rank computes on its own GPU where the node has one per rank,
+and ranks share the node's GPUs round robin where it has fewer (``wire.rank_device``). Messages
+always travel over gloo between host buffers: the worker copies its gradient off the GPU, the
+server its parameters. NCCL is not used for them, on purpose: the server must take whichever
+worker's gradient arrives first, and NCCL has no receive from any source, no way to cancel a
+posted receive when a late worker abandons its work, and a dead peer hangs the communicator
+rather than breaking a connection, which is how the server learns of a SIGKILLed worker. The
+copy costs one device-to-host transfer of the gradient per iteration, small beside the network
+trip that follows it.
 
 ``bdsgd distributed`` (``launch``) starts the n + 1 processes on this machine (a free port, all
 children stopped on exit or Ctrl-C); under SLURM the same module runs as one srun step of n + 1

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from bdsgd.config import default_config, load_config
-from bdsgd.distributed.wire import Job, store
+from bdsgd.distributed.wire import Job, rank_device, store
 from bdsgd.errors import UserError
 from bdsgd.policies import spec
 from bdsgd.traces.gather import rank_env, slurm_rendezvous
@@ -56,7 +56,9 @@ def launch(job: Job) -> dict:
     cfg = _config(job)
     from bdsgd.tasks import load_task
 
-    load_task(job.task, cfg.training().data_dir)  # a missing data set: one line, not n + 1
+    # a missing data set or device: one line here, not one from each of the n + 1 processes
+    load_task(job.task, cfg.training().data_dir)
+    rank_device(cfg.training().device, 0)
     port, world = _free_port(), job.workers + 1
     cmd = [sys.executable, "-m", "bdsgd.distributed.launch", "--job", job.to_json()]
     base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -64,7 +66,8 @@ def launch(job: Job) -> dict:
     procs: list[subprocess.Popen] = []
     try:
         for rank in range(world):
-            procs.append(subprocess.Popen(cmd, env={**base, "RANK": str(rank)}))
+            procs.append(subprocess.Popen(cmd, env={**base, "RANK": str(rank),
+                                                   "LOCAL_RANK": str(rank)}))
         code = procs[0].wait()
         deadline = time.monotonic() + GRACE_S
         for proc in procs[1:]:
@@ -93,14 +96,16 @@ def node(job: Job) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=5))
     kv = store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0)
     cfg = _config(job)
+    tc = cfg.training()
+    device = rank_device(tc.device, ranks["local"])
     if rank == 0:
         from bdsgd.distributed.ps import ParameterServer
 
-        ParameterServer(job, cfg, kv).run()
+        ParameterServer(job, cfg, kv, device).run()
     else:
         from bdsgd.distributed.worker import run_worker
 
-        run_worker(job, rank, kv, cfg.training().batch_size, cfg.training().data_dir)
+        run_worker(job, rank, kv, tc.batch_size, tc.data_dir, device)
 
 
 def _pair(text: str | None, flag: str, kinds) -> tuple | None:

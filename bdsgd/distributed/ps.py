@@ -71,8 +71,8 @@ class Round:
 
 
 class ParameterServer:
-    def __init__(self, job: Job, cfg: Config, kv):
-        self.job, self.cfg, self.tc = job, cfg, cfg.training()
+    def __init__(self, job: Job, cfg: Config, kv, device: torch.device):
+        self.job, self.cfg, self.tc, self.device = job, cfg, cfg.training(), device
         self.n, n = job.workers, job.workers
         need = spec(job.policy)
         if need.needs_truth or need.needs_future:
@@ -84,7 +84,7 @@ class ParameterServer:
                                   lr_scaling=self.tc.lr_scaling)
         self.data = load_task(job.task, self.tc.data_dir)
         torch.manual_seed(job.seed)
-        self.model = self.data.make_model()
+        self.model = self.data.make_model().to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.tc.learning_rate,
                                          momentum=self.tc.momentum)
         self.size = parameters_to_vector(self.model.parameters()).numel()
@@ -94,6 +94,7 @@ class ParameterServer:
                              daemon=True).start()
         self.beats = Heartbeats(kv, list(range(1, n + 1)), job.heartbeat_s)
         self.checked = time.perf_counter()  # when the heartbeats were last looked at
+        self.heartbeat_s = 0.0  # time spent looking at them (part of the wall time)
         self.live, self.dead = set(range(1, n + 1)), []
         self.sent = dict.fromkeys(self.live, -1)  # the iteration whose parameters it last got
         self.busy: set[int] = set()
@@ -107,7 +108,7 @@ class ParameterServer:
 
     # -------------------------------------------------------------------------- messages
     def _send(self, rank: int, t: int) -> None:
-        theta = parameters_to_vector(self.model.parameters()).detach()
+        theta = parameters_to_vector(self.model.parameters()).detach().cpu()
         try:
             dist.send(torch.cat([torch.tensor([PARAMS, t], dtype=theta.dtype), theta]), dst=rank)
         except RuntimeError:  # its connection broke before its listener told us
@@ -131,8 +132,10 @@ class ParameterServer:
             if not self.live:
                 raise RuntimeError(f"every worker is dead at iteration {t}")
             if time.perf_counter() - self.checked > TICK_S:
+                looking = time.perf_counter()
                 silent = self.beats.silent(self.live)
                 self.checked = time.perf_counter()
+                self.heartbeat_s += self.checked - looking
                 for rank in silent:
                     self._bury(rank, t)
                 if silent:
@@ -186,7 +189,7 @@ class ParameterServer:
         lr = self.tc.learning_rate * float(LR_SCALING[self.tc.lr_scaling](c_real / self.n))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        grads = torch.stack([m[HEADER:] for m in rnd.accepted.values()]).mean(0)
+        grads = torch.stack([m[HEADER:] for m in rnd.accepted.values()]).mean(0).to(self.device)
         apply_gradient(self.model, self.optimizer, _unflatten(grads, self.model))
         loss = float(np.mean([float(m[2]) for m in rnd.accepted.values()]))
         return Observation(t, c_real, seen, tau), loss
@@ -206,7 +209,7 @@ class ParameterServer:
             accuracy = math.nan
             if done % tc.eval_every == 0 or done == job.iterations:
                 evaluating = time.perf_counter()
-                accuracy = evaluate(self.model, self.data, torch.device("cpu"))[0]
+                accuracy = evaluate(self.model, self.data, self.device)[0]
                 wall0 += time.perf_counter() - evaluating  # not charged, as in the virtual trainer
             rows.append({"iteration": done, "wall_time_s": time.perf_counter() - wall0,
                          "cutoff": step.obs.cutoff, "iteration_time_s": step.obs.cutoff_time,
@@ -249,7 +252,7 @@ class ParameterServer:
         (its choice then is ignored: the cluster's timing cannot be replayed, only its record)."""
         if not self.ckpt.exists():
             return None
-        state = torch.load(self.ckpt, weights_only=True)
+        state = torch.load(self.ckpt, map_location="cpu", weights_only=True)
         if state["identity"] != json.dumps(self._identity()):
             print(f"discarding {self.ckpt}: checkpoint of another job", flush=True)
             return None
@@ -284,6 +287,7 @@ class ParameterServer:
             "dead_workers": self.dead, "stale_discarded": self.stale,
             "censored_fraction": float(self.censored.mean()),
             "decision_latency_p50_s": float(metrics["decision_s"].median()),
+            "heartbeat_check_s": self.heartbeat_s, "device": str(self.device),
             "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
             "metrics": str(metrics_path), "trace": str(trace_path),
             "resumed_from_iteration": resumed_from,

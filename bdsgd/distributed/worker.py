@@ -64,7 +64,7 @@ def _wait(seconds: float, inbox: queue.Queue | None) -> bool:
     return False
 
 
-def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir) -> None:
+def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir, device: torch.device) -> None:
     w, n = rank - 1, job.workers
     stop = threading.Event()
     threading.Thread(target=_heartbeat, args=(kv, rank, stop), daemon=True).start()
@@ -72,7 +72,7 @@ def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir) -> None:
     data = load_task(job.task, data_dir)
     streams = WorkerStreams(len(data.train), n, batch_size, job.seed)
     torch.manual_seed(job.seed)
-    model = data.make_model()
+    model = data.make_model().to(device)
     size = parameters_to_vector(model.parameters()).numel()
     delays = None if job.delay_trace is None else read_trace(job.delay_trace).runtimes
     factor = job.straggler[1] if job.straggler is not None and job.straggler[0] == w else 1.0
@@ -85,17 +85,17 @@ def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir) -> None:
             t = int(msg[1])
             if job.kill == (w, t):
                 os.kill(os.getpid(), signal.SIGKILL)  # what a failed node looks like
-            vector_to_parameters(msg[2:], model.parameters())
+            vector_to_parameters(msg[2:].to(device), model.parameters())
             start = time.perf_counter()
             model.zero_grad(set_to_none=True)
             x, y = data.batch(data.train, streams.batch(t, np.array([w])))
-            loss = backward(model, x, y, len(y), torch.device("cpu")).item()
+            loss = backward(model, x, y, len(y), device).item()  # .item() waits for the GPU
             compute = time.perf_counter() - start
             extra = job.delay_s + (0.0 if delays is None else float(delays[t % len(delays), w]))
             abandoned = _wait((compute + extra) * factor - compute,
                               inbox if job.late == "abandon" else None)
             if not abandoned:
-                grads = flat(p.grad for p in model.parameters())
+                grads = flat(p.grad for p in model.parameters()).cpu()
                 header = torch.tensor([t, time.perf_counter() - start, loss], dtype=grads.dtype)
                 try:
                     dist.send(torch.cat([header, grads]), dst=0)
