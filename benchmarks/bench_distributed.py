@@ -345,12 +345,15 @@ def main() -> None:
                   f"{v / run['wall_s']:>6.3f} {v / run['command_s']:>6.3f} "
                   f"{rep.gradients_per_s / run['gradients_per_s']:>8.3f}")
     print("Where the wall time goes (ms per iteration; the processes' start and stop: s):")
-    print(f"{'run':<10} {'iteration':>9} {'policy':>7} {'server rest':>11} | start + stop (s)")
+    print(f"{'run':<10} {'iteration':>9} {'policy':>7} {'server rest':>11} {'heartbeats':>10} "
+          "| start + stop (s)")
     for k, run in runs.items():
         m = metrics[k]
         sum_iter, dec = float(m["iteration_time_s"].sum()), float(m["decision_s"].sum())
+        # heartbeats are looked at while the server waits, so they are inside the iterations
         print(f"{k:<10} {1e3 * sum_iter / K:>9.2f} {1e3 * dec / K:>7.3f} "
               f"{1e3 * (run['wall_s'] - sum_iter - dec) / K:>11.2f} "
+              f"{1e3 * run['heartbeat_check_s'] / K:>10.3f} "
               f"| {run['command_s'] - run['wall_s']:.2f}")
     fast = sync_trace.runtimes[:, 1:]
     print(f"Fast workers' recorded run-time, median {1e3 * float(np.median(fast)):.2f} ms = delay "
