@@ -1,7 +1,8 @@
 # The two commands of the README. Each installs what it needs itself: uv (from PyPI, into
 # .tools/ if it is not on PATH), then the locked environment (.venv, `uv sync --locked`).
 SHELL := /bin/bash
-UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+# The README's commands name .tools/bin/uv: the uv on PATH, linked there, or one from PyPI.
+UV := .tools/bin/uv
 VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Let Python cache compiled modules: every test starts fresh interpreters that import torch.
@@ -9,9 +10,9 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: smoke test lint install clean
 
-.tools/bin/uv:
-	python3 -m venv .tools
-	.tools/bin/python -m pip install --quiet uv
+$(UV):
+	if command -v uv > /dev/null; then mkdir -p $(@D) && ln -s "$$(command -v uv)" $@; \
+	else python3 -m venv .tools && .tools/bin/python -m pip install --quiet uv; fi
 
 $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 	$(UV) sync --locked

@@ -134,7 +134,8 @@ def cmd_model_train(args):
     cfg = load_config(args.config) if args.config else default_config()
     mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
     seed = cfg.seed if args.seed is None else args.seed
-    train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg)
+    train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
+                trace_name=args.trace_name or Path(args.trace).stem)
 
 
 def cmd_model_evaluate(args):
@@ -269,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help="override model.epochs")
     p.add_argument("--seed", type=int, help="seed (default: the config's seed, else 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--trace-name", help="the trace's name in W&B (default: the file's stem)")
     p.set_defaults(func=cmd_model_train)
 
     p = msub.add_parser("evaluate", help="held-out likelihood, interval coverage and policy throughput")

@@ -46,6 +46,12 @@ class SimulateConfig:
     load_shift_at: float | None = None
     load_shift_factor: float | None = None
     comm_s: float | None = None
+    slow_workers: float | None = None
+    slow_factor_min: float | None = None
+    slow_factor_max: float | None = None
+    seq_batch: int | None = None
+    seq_alpha: float | None = None
+    seq_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,10 @@ class PoliciesConfig:
     explore_prob: float
     bandit_discount: float
     bandit_confidence: float
+    ewma_halflife: float
+    residual_window: int
+    averaging: tuple[str, ...]
+    forgetting: float
     bayes_samples: int
     compile: bool
 
@@ -130,9 +140,12 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class WandbConfig:
+    """Where the W&B runs go (``bdsgd.tracking``); mode disabled | offline | online."""
+
     mode: str
     project: str
     entity: str | None
+    osh_command_dir: str | None
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from bdsgd.policies import make_policy  # noqa: E402
 from bdsgd.server import replay  # noqa: E402
 from bdsgd.traces.schema import from_arrays  # noqa: E402
 
-LATENCY_POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "explore-ecdf", "bayes",
-                    "oracle", "oracle-myopic"]
+LATENCY_POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist",
+                    "explore-ecdf", "bayes", "oracle", "oracle-myopic"]
 
 
 class IidTruth:

@@ -44,11 +44,14 @@ from bdsgd.traces.simulate import simulate, truth_path, write_truth
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ITERATIONS = 500  # --epochs is for a training part this long
-SCENARIOS = ("calm", "emerging-straggler", "node-contention", "load-shift", "mixed")
+SCENARIOS = ("calm", "emerging-straggler", "node-contention", "load-shift", "mixed", "iid-heavy",
+             "data-dependent", "heterogeneous", "calm-spikes")
 TRACES = (*SCENARIOS, "pai-job1", "pai-job2")
-POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "explore-bdsgd",
-            "oracle-myopic", "async"]
-BASELINES = ("sync", "static", "elfving", "ecdf", "bandit")
+POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd",
+            "bdsgd-model", "explore-bdsgd", "oracle-myopic", "async"]
+# the causal baselines bdsgd is measured against: the pooled ones and the per-worker ewma and
+# persist, which tell workers apart
+BASELINES = ("sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist")
 BLOCK = 25  # iterations per bootstrap block
 RESAMPLES = 2000
 

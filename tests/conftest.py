@@ -1,8 +1,10 @@
-"""Shared fixtures: a tiny experiment config, written to disk like a user's."""
+"""Shared fixtures: a tiny experiment config, written to disk like a user's, and the tiny
+DAG run once for every test module that reads its outputs."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +49,34 @@ def run_cli(*args: str, check: bool = True, cwd: Path | None = None) -> subproce
         raise AssertionError(f"bdsgd {' '.join(map(str, args))} exited {proc.returncode}:\n"
                              f"{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def snakemake(*args: str, cwd: Path = REPO, timeout: int = 1200) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def run_dag(workdir: Path, config: Path) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+                     "--configfile", str(config), "--cores", "2")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+@pytest.fixture(scope="session")
+def tiny_dag(tmp_path_factory):
+    """The tiny DAG (a simulated and an imported trace), run once for every test module that
+    reads it (none writes into it): (working directory, config file, config)."""
+    root = tmp_path_factory.mktemp("dag")
+    cfg = tiny_config()
+    cfg["traces"]["pai"] = {"source": "import", "format": "alibaba-pai",
+                            "path": str(REPO / "tests/data/alibaba_pai_job_1_norm.csv")}
+    config = root / "tiny.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    run_dag(root / "a", config)
+    yield root / "a", config, cfg
+    shutil.rmtree(root)

@@ -32,6 +32,9 @@ class LastIteration:
     def expected_order_stats(self):
         return self.expected
 
+    def log_draws(self):  # one draw: the averaging's kernel gives it its minimum width
+        return None if self.expected is None else np.log(self.expected)[None]
+
 
 class FakeModel:
     """Test double of a loaded run-time model; its predictor is ``LastIteration``."""
@@ -57,8 +60,10 @@ class Regimes:
         return base * rng.uniform(0.95, 1.05, (n_samples, self.n))
 
 
-CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "bayes", "explore-elfving",
-          "explore-ecdf", "explore-bandit", "explore-bdsgd"]
+CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd", "bdsgd-model",
+          "bayes",
+          "explore-elfving", "explore-ecdf", "explore-bandit", "explore-ewma", "explore-persist",
+          "explore-bdsgd"]
 
 
 def build(name, n, runtimes, rule="rate", seed=0, cfg=CFG, comm_s=0.0):
@@ -211,7 +216,7 @@ def test_min_gain_charges_each_discarded_gradient_one_plus_delta():
 
 def test_the_learning_policies_get_the_margin_and_bayes_does_not():
     cfg = dataclasses.replace(CFG, min_gain=0.3)
-    for name in ("elfving", "ecdf", "bandit", "bdsgd"):
+    for name in ("elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd"):
         assert build(name, 4, None, cfg=cfg).min_gain == 0.3
     assert build("bayes", 4, None, cfg=cfg).min_gain == 0.0
 

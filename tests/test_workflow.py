@@ -3,25 +3,14 @@ twice with byte-identical result tables, and a change reruns only the stages tha
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from bdsgd.config import from_dict, load_config
-from tests.conftest import REPO, tiny_config
-
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def snakemake(*args: str, cwd: Path = REPO, timeout: int = 1200) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=timeout)
+from tests.conftest import REPO, run_dag, snakemake, tiny_config
 
 
 def test_lint_clean():
@@ -48,28 +37,6 @@ def test_invalid_config_is_rejected(tmp_path, drop, patch, field):
     proc = snakemake("-n", "--configfile", str(bad), "--cores", "1")
     assert proc.returncode != 0
     assert field in proc.stdout + proc.stderr
-
-
-def run_dag(workdir: Path, config: Path) -> None:
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                     "--configfile", str(config), "--cores", "2")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-
-
-@pytest.fixture(scope="module")
-def tiny_dag(tmp_path_factory):
-    """The tiny DAG (a simulated and an imported trace), run once for this module's tests:
-    (working directory, config file, config)."""
-    root = tmp_path_factory.mktemp("dag")
-    cfg = tiny_config()
-    cfg["traces"]["pai"] = {"source": "import", "format": "alibaba-pai",
-                            "path": str(REPO / "tests/data/alibaba_pai_job_1_norm.csv")}
-    config = root / "tiny.yaml"
-    config.write_text(yaml.safe_dump(cfg))
-    run_dag(root / "a", config)
-    yield root / "a", config, cfg
-    shutil.rmtree(root)
 
 
 @pytest.mark.slow
@@ -115,7 +82,9 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
         assert sliced.experiment == whole.experiment
         if stage != "train":  # a trace's stages see that trace only
             assert set(data["traces"]) == {instance}
-            assert "train" not in data and "wandb" not in data, name
+            assert "train" not in data, name
+            # only the stages that log to W&B read wandb:
+            assert ("wandb" in data) == (stage == "train_model"), name
         if stage in ("simulate_trace", "train_model", "throughput"):
             assert sliced.seed == whole.seed
         if stage == "simulate_trace":
@@ -126,7 +95,7 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
             assert sliced.policies == whole.policies
             assert sliced.throughput.comm_s == whole.throughput.comm_s
     train = load_config(stages / "train/digits.yaml")
-    assert train.wandb == whole.wandb
+    assert train.wandb == whole.wandb == load_config(stages / "train_model/sim.yaml").wandb
     # a run gets its task, policy and seed on the command line: no list of them in its config
     assert raw["train/digits"]["train"]["tasks"] == ["digits"]
     assert not {"policies", "seeds"} & set(raw["train/digits"]["train"])
@@ -159,9 +128,10 @@ UPSTREAM = {"simulate_trace", "import_trace", "gather_trace", "split_trace",
 @pytest.mark.slow
 @pytest.mark.parametrize("change", ["none", "seed", "wandb.mode", "train.learning_rate"])
 def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
-    """One more seed adds its runs and redraws the figures; a new wandb.mode or train: key
-    reruns the convergence runs. Neither touches a trace, a run-time model or a throughput
-    replay (each stage reads its own config file, results/<exp>/config/<rule>/<name>.yaml)."""
+    """One more seed adds its runs and redraws the figures; a new train: key reruns the
+    convergence runs; a new wandb.mode reruns the stages that log to W&B (model training and
+    the convergence runs) and what reads their outputs. None touches a trace (each stage reads
+    its own config file, results/<exp>/config/<rule>/<name>.yaml)."""
     a, _, cfg = tiny_dag
     cfg = yaml.safe_load(yaml.safe_dump(cfg))
     runs = "results/tiny/runs/digits"
@@ -176,6 +146,12 @@ def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
     jobs = pending(a, changed)
     if change == "none":
         assert jobs == {}, jobs
+        return
+    if change == "wandb.mode":
+        assert jobs["stage_config"] == {f"results/tiny/config/{stage}.yaml" for stage in (
+            "train/digits", "train_model/sim", "train_model/pai")}
+        assert {"train_model", "evaluate_model", "throughput", "train", "figures"} <= set(jobs)
+        assert not {"simulate_trace", "import_trace", "split_trace", "describe_trace"} & set(jobs)
         return
     assert not UPSTREAM & set(jobs), jobs
     assert set(jobs) <= {"resolved_config", "stage_config", "train", "figures"}, jobs

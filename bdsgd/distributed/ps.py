@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
+from bdsgd import tracking
 from bdsgd.config import Config
 from bdsgd.cutoff import Observation
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
@@ -34,7 +35,7 @@ from bdsgd.server import Server, load_needs
 from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.common import apply_gradient, evaluate
+from bdsgd.training.common import apply_gradient, evaluate, time_to_target
 
 COLUMNS = ("iteration", "wall_time_s", "cutoff", "iteration_time_s", "lr", "train_loss",
            "live_workers", "stale", "decision_s", "test_accuracy")
@@ -201,6 +202,9 @@ class ParameterServer:
         state = self._resume()
         if state is not None:
             rows, start, wall_before = state["rows"], len(state["rows"]), state["wall_s"]
+        wandb = tracking.start(self.cfg, job.policy, f"distributed-{job.task}-{job.policy}-s"
+                               f"{job.seed}", Path(job.json).parent, "wall_time_s",
+                               task=job.task, trace=tc.trace, seed=job.seed)
         wall0 = time.perf_counter() - wall_before
         for t in range(start, job.iterations):
             loss: list[float] = []
@@ -216,6 +220,7 @@ class ParameterServer:
                          "lr": self.optimizer.param_groups[0]["lr"], "train_loss": loss[0],
                          "live_workers": len(self.live), "stale": self.stale,
                          "decision_s": step.policy_s, "test_accuracy": accuracy})
+            tracking.log(wandb, rows[-1], done)
             self.observed.append(step.obs)
             print(f"iteration {done}/{job.iterations}: c={step.obs.cutoff}, "
                   f"{step.obs.cutoff_time:.3f} s", flush=True)
@@ -226,8 +231,14 @@ class ParameterServer:
             with contextlib.suppress(RuntimeError):  # one that died at the end stops anyway
                 dist.send(torch.cat([torch.tensor([STOP, job.iterations]),
                                      torch.zeros(self.size)]), dst=rank)
-        result = self._write(pd.DataFrame(rows, columns=list(COLUMNS)), wall, start)
+        metrics = pd.DataFrame(rows, columns=list(COLUMNS))
+        result = self._write(metrics, wall, start)
         self.ckpt.unlink(missing_ok=True)  # the run is complete: its outputs replace it
+        tracking.finish(wandb, {
+            "time_to_target_s": time_to_target(metrics, tc.target_accuracy.get(job.task),
+                                               "wall_time_s"),
+            **{k: result[k] for k in ("final_accuracy", "gradients_per_s", "mean_cutoff",
+                                      "wall_s", "iterations", "gradients", "stale_discarded")}})
         return result
 
     # ---------------------------------------------------------------------- checkpoints

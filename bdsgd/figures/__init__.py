@@ -40,7 +40,10 @@ POLICY_COLOURS = {
     "elfving": "#bcbd22",
     "ecdf": "#17becf",
     "bandit": "#9467bd",
-    "bdsgd": "#d62728",  # red: the method of the paper
+    "ewma": "#b8860b",  # the per-worker simple baselines: dark goldenrod, teal green
+    "persist": "#1b9e77",
+    "bdsgd": "#d62728",  # red: the method (the paper's model averaged with simple predictors)
+    "bdsgd-model": "#ff9896",  # light red: the paper's model alone
     "bayes": "#e377c2",
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#2ca02c",

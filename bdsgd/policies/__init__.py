@@ -1,11 +1,12 @@
 """Cutoff policies: the registry. ``spec`` says what a policy needs, ``make_policy`` builds it.
 
-Names: sync, static, elfving, ecdf, bandit, bdsgd (needs a run-time model), bayes (needs the
-simulator's truth), oracle and oracle-myopic (need the future run-times: references only), and
-explore-<name> around any causal one. ``async`` and ``cyclic`` are training modes, not cutoff
-policies (``MODES``; the throughput stage's async: ``bdsgd.throughput.asynchronous``). The CLI,
-the trainers and the workflow ask ``spec`` and nothing else whether a policy needs a model, the
-truth or a warm-up history.
+Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model averaged
+with simple predictors: ``policies.averaging``) and bdsgd-model (the model alone), both needing a
+run-time model, bayes (needs the simulator's truth), oracle and oracle-myopic (need the future
+run-times: references only), and explore-<name> around any causal one. ``async`` and ``cyclic``
+are training modes, not cutoff policies (``MODES``; the throughput stage's async:
+``bdsgd.throughput.asynchronous``). The CLI, the trainers and the workflow ask ``spec`` and
+nothing else whether a policy needs a model, the truth or a warm-up history.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ SPECS = {
     "elfving": Spec(predictive=True, learns=True),
     "ecdf": Spec(predictive=True, learns=True),
     "bandit": Spec(predictive=True, learns=True),
+    "ewma": Spec(predictive=True, learns=True),
+    "persist": Spec(predictive=True, learns=True),
     "bdsgd": Spec(predictive=True, learns=True, needs_model=True),
+    "bdsgd-model": Spec(predictive=True, learns=True, needs_model=True),
     # bayes knows the true state already: a history has nothing to teach it
     "bayes": Spec(predictive=True, needs_truth=True),
     "oracle": Spec(needs_future=True),
@@ -85,7 +89,6 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     from bdsgd.policies.base import PredictivePolicy
     from bdsgd.policies.baselines import Scripted, Static, Sync
     from bdsgd.policies.explore import Explore
-    from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, TruthPredictor
     from bdsgd.policies.progress import OBJECTIVES
 
     need = spec(name)
@@ -111,19 +114,35 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         return Scripted(name, hindsight_optimum(np.sort(runtimes, axis=1), comm_s)[0])
     if name == "oracle-myopic":
         return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm_s))
-    if name == "elfving":
-        predictor = Elfving(n_workers, cfg.window)
-    elif name == "ecdf":
-        predictor = Ecdf(n_workers, cfg.window)
-    elif name == "bandit":
-        predictor = Bandit(n_workers, cfg.bandit_discount, cfg.bandit_confidence)
-    elif name == "bdsgd":
-        from bdsgd.policies.bdsgd import ModelPredictor  # torch: only when a model is used
-
-        predictor = ModelPredictor(model, seed=seed, compile=cfg.compile)
-    else:  # bayes
-        predictor = TruthPredictor(truth, offset, cfg.bayes_samples, seed)
+    predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset)
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
     min_gain = cfg.min_gain if need.learns else 0.0
     return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain,
                             objective, batch, lr_scaling)
+
+
+def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model, truth,
+               offset: int):
+    """The predictor of predictive policy ``name`` (make_policy's arguments)."""
+    from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, PerWorkerLevel, TruthPredictor
+
+    if name == "elfving":
+        return Elfving(n_workers, cfg.window)
+    if name == "ecdf":
+        return Ecdf(n_workers, cfg.window)
+    if name == "bandit":
+        return Bandit(n_workers, cfg.bandit_discount, cfg.bandit_confidence)
+    if name in ("ewma", "persist"):
+        alpha = 1 - 0.5 ** (1 / cfg.ewma_halflife) if name == "ewma" else 1.0
+        return PerWorkerLevel(n_workers, alpha, cfg.residual_window)
+    if name == "bayes":
+        return TruthPredictor(truth, offset, cfg.bayes_samples, seed)
+    # torch: only when a model is used
+    from bdsgd.policies.averaging import Averaged
+    from bdsgd.policies.bdsgd import ModelPredictor
+
+    predictor = ModelPredictor(model, seed=seed, compile=cfg.compile)
+    if name == "bdsgd-model":
+        return predictor
+    simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
+    return Averaged({"model": predictor, **simple}, cfg.forgetting)

@@ -37,6 +37,7 @@ class ModelPredictor:
         with torch.inference_mode():
             self.state = model.initial_state(1)
             self.parts = model.parts()
+        self.cached: torch.Tensor | None = None  # this iteration's draws, once drawn
 
     @torch.inference_mode()
     def observe(self, obs: Observation) -> None:
@@ -46,12 +47,19 @@ class ModelPredictor:
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
         self.state = self.step(self.state, x[None], censored[None], self.parts)
+        self.cached = None
 
     @torch.inference_mode()
     def draws(self) -> torch.Tensor:
-        """S joint draws of x_{t+1} (S, n), in seconds (``RuntimeModel.draws``)."""
-        v = self.model.draws(self.state, self.samples, self.generator, self.parts)
-        return self.model.emitter.unspace(v) * self.model.scale_s
+        """S joint draws of x_{t+1} (S, n), in seconds (``RuntimeModel.draws``); the same draws
+        until the next observation, so a forecast and its score read one sample."""
+        if self.cached is None:
+            v = self.model.draws(self.state, self.samples, self.generator, self.parts)
+            self.cached = self.model.emitter.unspace(v) * self.model.scale_s
+        return self.cached
+
+    def log_draws(self) -> np.ndarray:
+        return np.log(self.draws().numpy())
 
     def expected_order_stats(self) -> np.ndarray:
         """E[x_(c)], c = 1..n, in seconds: the mean of the sorted joint draws."""

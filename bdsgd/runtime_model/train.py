@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from bdsgd import tracking
 from bdsgd.config import Config, ModelConfig
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
@@ -107,8 +108,10 @@ def _fingerprint(trace: Trace, cfg: ModelConfig, seed: int) -> dict:
 
 
 def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool = True,
-                config: Config | None = None) -> Path:
-    """Train on ``trace``; write the model to ``out`` (atomically) and return its path."""
+                config: Config | None = None, trace_name: str = "trace") -> Path:
+    """Train on ``trace``; write the model to ``out`` (atomically) and return its path.
+    ``config``: the experiment's, stamped into the model and, with its wandb: section, where the
+    W&B run goes (``trace_name`` names the trace there)."""
     out = Path(out)
     ckpt_path = Path(f"{out}.ckpt")
     torch.manual_seed(seed)
@@ -140,11 +143,15 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
           f"{model.time_unit}, {n_params} parameters, emission {cfg.emission}, "
           f"censoring {cfg.censoring}, seed {seed}")
     term = elbo_term(model, cfg)
+    wandb = None if config is None else tracking.start(
+        dataclasses.replace(config, model=cfg), "model", f"model-{trace_name}-s{seed}", out.parent,
+        "epoch", trace=trace_name, seed=seed)
     bar = tqdm(range(start, cfg.epochs), disable=not progress, desc="ELBO", unit="epoch",
                initial=start, total=cfg.epochs)
     for epoch in bar:
         losses.append(run_epoch(model, optimizer, x, censored, cfg, generator, term))
         bar.set_postfix(elbo=f"{-losses[-1]:.4f}")
+        tracking.log(wandb, {"epoch": epoch + 1, "elbo": -losses[-1]}, epoch + 1)
         if (epoch + 1) % cfg.checkpoint_every == 0 and epoch + 1 < cfg.epochs:
             state = {"fingerprint": fingerprint, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
@@ -155,5 +162,7 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
         k: v for k, v in trace.meta.items() if isinstance(v, (str, int, float))}))
     write_with(out, lambda tmp: torch.save(payload, tmp))
     ckpt_path.unlink(missing_ok=True)
+    tracking.finish(wandb, {"final_elbo": -losses[-1], "epochs": cfg.epochs,
+                            "parameters": n_params})
     print(f"final ELBO per observation {-losses[-1]:.4f} (first epoch {-losses[0]:.4f}) -> {out}")
     return out

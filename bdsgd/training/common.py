@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from bdsgd import tracking
 from bdsgd.config import Config
 from bdsgd.errors import Stopped, UserError
 from bdsgd.io import write_json, write_with
@@ -75,9 +76,12 @@ class WorkerStreams:
         return block[:, workers].T.ravel()
 
 
-def time_to_target(metrics: pd.DataFrame, target: float) -> float | None:
-    """The first virtual time at which the evaluated test accuracy reached ``target``."""
-    hit = metrics["virtual_time_s"][metrics["test_accuracy"] >= target]
+def time_to_target(metrics: pd.DataFrame, target: float | None,
+                   clock: str = "virtual_time_s") -> float | None:
+    """The first time on ``clock`` at which the evaluated test accuracy reached ``target``."""
+    if target is None:
+        return None
+    hit = metrics[clock][metrics["test_accuracy"] >= target]
     return float(hit.iloc[0]) if len(hit) else None
 
 
@@ -171,16 +175,6 @@ def stop_requests(signums=(signal.SIGTERM, signal.SIGINT)):
             signal.signal(s, handler)
 
 
-def _wandb_run(cfg: Config, task: str, policy: str, seed: int, out_dir: Path):
-    if cfg.wandb.mode == "disabled":
-        return None
-    import wandb
-
-    return wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, mode=cfg.wandb.mode,
-                      config={**cfg.to_dict(), "task": task, "policy": policy, "seed": seed},
-                      group=cfg.experiment, name=f"{task}-{policy}-s{seed}", dir=str(out_dir))
-
-
 # What every training mode reads before its loop (``prepare``).
 Run = collections.namedtuple("Run", "tc trace history data streams device target identity ckpt_path")
 
@@ -257,12 +251,14 @@ class Recorder:
         self.run, self.tc, self.stop = run, tc, stop
         self.log = log if log is not None else {col: [] for col in COLUMNS}
         self.last = self.log["iteration"][-1] if self.log["iteration"] else 0
-        self.wandb = (_wandb_run(cfg, run.identity["task"], policy, seed, out_dir)
+        task = run.identity["task"]
+        self.wandb = (tracking.start(cfg, policy, f"{task}-{policy}-s{seed}", out_dir,
+                                     "virtual_time_s", task=task, trace=tc.trace, seed=seed)
                       if self.last < tc.max_iterations else None)
         self.shown = next((a for a in reversed(self.log["test_accuracy"]) if not math.isnan(a)),
                           math.nan)
         self.bar = tqdm(initial=self.last, total=tc.max_iterations, file=sys.stderr,
-                        desc=f"{run.identity['task']}/{policy}/s{seed}")
+                        desc=f"{task}/{policy}/s{seed}")
 
     @property
     def clock(self) -> float:
@@ -279,8 +275,7 @@ class Recorder:
             self.shown = row["test_accuracy"]
         for col in COLUMNS:
             self.log[col].append(row[col])
-        if self.wandb is not None:
-            self.wandb.log({k: v for k, v in row.items() if not math.isnan(v)}, step=it)
+        tracking.log(self.wandb, row, it)
         if every(self.tc.checkpoint_every) or final or self.stop:
             save()
         self.bar.update(it - self.last)
@@ -292,9 +287,11 @@ class Recorder:
             raise Stopped(self.stop[0], self.run.ckpt_path, it)
 
     def close(self, exit_code: int = 0) -> None:
+        """Close the bar and the W&B run (a finished run's, exit code 0, with its summary)."""
         self.bar.close()
         if self.wandb is not None:
-            self.wandb.finish(exit_code=exit_code)
+            tracking.finish(self.wandb, metrics_summary(metrics_frame(self.log), self.run.target)
+                            if exit_code == 0 else None, exit_code)
 
 
 def staleness_summary(staleness: np.ndarray) -> dict:
@@ -304,25 +301,37 @@ def staleness_summary(staleness: np.ndarray) -> dict:
             "staleness_p90": float(np.percentile(staleness, 90))}
 
 
-def write_outputs(cfg: Config, run: Run, log: dict, model: nn.Module, trace_path, history_path,
-                  out_dir: Path, wallclock: dict, extra: dict | None = None) -> dict:
-    """metrics.parquet, model.pt and result.json (``extra``: more summary keys); removes the
-    checkpoint. ``wallclock``: this process's timings, after the common note."""
-    task, policy, seed = (run.identity[k] for k in ("task", "policy", "seed"))
-    T, n = run.trace.runtimes.shape
-    metrics = pd.DataFrame(log, columns=list(COLUMNS)).astype(INTEGER_COLUMNS)
-    write_with(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
-    write_with(out_dir / "model.pt", lambda tmp: torch.save(model.state_dict(), tmp))
+def metrics_frame(log: dict) -> pd.DataFrame:
+    """The metrics rows as metrics.parquet holds them."""
+    return pd.DataFrame(log, columns=list(COLUMNS)).astype(INTEGER_COLUMNS)
+
+
+def metrics_summary(metrics: pd.DataFrame, target: float) -> dict:
+    """The summary keys read off the metrics rows (result.json's and the W&B run's)."""
     gradients, times = metrics["gradients"].to_numpy(), metrics["iteration_time_s"].to_numpy()
-    summary = {
-        "task": task, "policy": policy, "seed": seed, "target_accuracy": run.target,
-        "time_to_target_s": time_to_target(metrics, run.target),
+    return {
+        "time_to_target_s": time_to_target(metrics, target),
         "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
         "final_test_loss": _finite(metrics["test_loss"].iloc[-1]),  # None once training diverged
         "gradients_per_s": float(gradients.sum() / times.sum()),
         "mean_cutoff": float(metrics["cutoff"].mean()), "iterations": int(len(metrics)),
         "gradients": int(gradients.sum()),
         "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
+    }
+
+
+def write_outputs(cfg: Config, run: Run, log: dict, model: nn.Module, trace_path, history_path,
+                  out_dir: Path, wallclock: dict, extra: dict | None = None) -> dict:
+    """metrics.parquet, model.pt and result.json (``extra``: more summary keys); removes the
+    checkpoint. ``wallclock``: this process's timings, after the common note."""
+    task, policy, seed = (run.identity[k] for k in ("task", "policy", "seed"))
+    T, n = run.trace.runtimes.shape
+    metrics = metrics_frame(log)
+    write_with(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
+    write_with(out_dir / "model.pt", lambda tmp: torch.save(model.state_dict(), tmp))
+    summary = {
+        "task": task, "policy": policy, "seed": seed, "target_accuracy": run.target,
+        **metrics_summary(metrics, run.target),
         "n_workers": n, "trace_iterations": T, "trace_cycles": run.tc.max_iterations / T,
         **(extra or {}),
     }

@@ -7,6 +7,7 @@
 # train.learning_rate leaves the traces, the run-time models and the throughput replays alone.
 # `bdsgd.config.load_config` fills every key a slice leaves out with the schema's default, and
 # the stage never reads those.
+import os
 from pathlib import Path
 
 import yaml
@@ -24,6 +25,10 @@ CONFIG_FILE = f"{RESULTS}/config.yaml"  # the whole resolved config, for the rec
 TRAIN = config["train"]
 RES = config["resources"]
 DIST = config["distributed"]["jobs"]
+# The rules' conda environment (workflow/envs/bdsgd.yaml) installs bdsgd from this checkout in
+# its post-deploy script, which Snakemake runs from a copy in .snakemake/conda/: the checkout's
+# path reaches the script from here, as Snakemake's processes pass their environment on.
+os.environ.update(BDSGD_PROJECT=workflow.basedir)
 
 
 # ----------------------------------------------------------------------------- traces
@@ -99,12 +104,16 @@ def config_slice(stage, name):
     task for train), that is, what the bdsgd command it calls reads:
 
       simulate_trace, gather_trace  experiment, seed, the trace's spec
-      train_model                   ... and model:
+      train_model                   ... and model:, wandb:
       evaluate_model                experiment, the trace, policies:, throughput.comm_s
       throughput                    ... and seed (of the randomised policies)
       train                         experiment, the trace it replays, policies:, throughput.comm_s,
                                     train: (see train_spec), wandb:
-      distributed                   experiment, train.trace, policies:, train: of its job's task
+      distributed                   experiment, train.trace, policies:, train: of its job's task,
+                                    wandb:
+
+    The stages that log to W&B read wandb:, so a new wandb: setting reruns them: their W&B runs
+    are part of what they make.
     """
     if stage not in STAGES:
         raise ValueError(f"no config file for stage {stage!r}; stages: {STAGES}")
@@ -114,12 +123,13 @@ def config_slice(stage, name):
         out["seed"] = config["seed"]
     if stage == "train_model":
         out["model"] = config["model"]
+    if stage in ("train_model", "train", "distributed"):
+        out["wandb"] = config["wandb"]
     if stage in ("evaluate_model", "throughput", "train"):
         out["policies"] = config["policies"]
         out["throughput"] = {"comm_s": config["throughput"]["comm_s"]}
     if stage == "train":
         out["train"] = train_spec(name)
-        out["wandb"] = config["wandb"]
     if stage == "distributed":
         out["policies"] = config["policies"]
         out["train"] = train_spec(DIST[name]["task"])
@@ -144,13 +154,24 @@ def run_targets():
 # The figure list is bdsgd.figures.FIGURES (what `bdsgd figures` draws) and
 # bdsgd.traces.TRACE_FIGURES (what `bdsgd traces plot` draws per trace): name -> (file, caption
 # in workflow/report/, category).
+# `snakemake --report` shows the categories sorted by name: numbered, they follow the DAG's stages,
+# the summary tables last. A category not listed here stops the workflow at parse time.
+REPORT_CATEGORIES = ("Traces", "Run-time model", "Policies", "Convergence", "Tables")
+
+
+def report_category(category):
+    return f"{REPORT_CATEGORIES.index(category) + 1}. {category}"
+
+
 def figure_outputs():
     """Every file the figures job writes. The listed file is a report entry; a figure's other
-    formats (its PDF, as <name>_pdf) are plain outputs beside it."""
+    formats (its PDF, as <name>_pdf) are plain outputs beside it. Beside the per-trace figures
+    (a subcategory each), a figure of every trace is under "all traces"."""
     outputs = {}
     for name, (file, caption, category) in FIGURE_TABLE.items():
         outputs[name] = report(f"{FIG_DIR}/{file}", caption=f"../report/{caption}",
-                               category=category)
+                               category=report_category(category),
+                               subcategory="all traces" if category == "Traces" else None)
         for other in figure_files(file)[1:]:
             outputs[f"{name}_{other.rpartition('.')[2]}"] = f"{FIG_DIR}/{other}"
     return outputs
@@ -159,7 +180,7 @@ def figure_outputs():
 def trace_figure_outputs():
     return {
         name: report(f"{FIG_DIR}/traces/{file}", caption=f"../report/{caption}",
-                     category=category, subcategory="{trace}")
+                     category=report_category(category), subcategory="{trace}")
         for name, (file, caption, category) in TRACE_FIGURES.items()
     }
 

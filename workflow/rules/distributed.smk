@@ -26,10 +26,14 @@ rule distributed:
         tasks=lambda wc: DIST[wc.job]["workers"] + 1,
         mpi="srun",
         gpus_per_task=RES["distributed_gpus_per_task"],
+        # the SLURM executor maps only gpu (a job total, with --ntasks-per-gpu=tasks) and gres:
+        # a GPU per rank needs sbatch's own flag
+        slurm_extra=(f"--gpus-per-task={RES['distributed_gpus_per_task']}"
+                     if RES["distributed_gpus_per_task"] else ""),
         mem_mb=RES["distributed_mem_mb"],
         runtime=RES["distributed_runtime_min"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "{params.launch} bdsgd distributed --config {input.config} {params.flags} {params.model} "
         "--json {output.result} > {log} 2>&1"

@@ -18,7 +18,7 @@ rule figures:
         results=lambda wc, input: Path(input.describe[0]).parents[2],
         figures=lambda wc, output: Path(output.summary).parent,
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd figures {params.results} --out {params.figures} > {log} 2>&1"
 
@@ -33,6 +33,6 @@ rule trace_figures:
     params:
         out=lambda wc, output: Path(output[0]).parent,
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd traces plot {input} --name {wildcards.trace} --out {params.out} > {log} 2>&1"

@@ -16,9 +16,10 @@ rule train_model:
         mem_mb=RES["model_mem_mb"],
         runtime=RES["model_runtime_min"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
-        "bdsgd model train {input.trace} --config {input.config} --out {output} --quiet > {log} 2>&1"
+        "bdsgd model train {input.trace} --config {input.config} --out {output} --quiet "
+        "--trace-name {wildcards.trace} > {log} 2>&1"
 
 
 rule evaluate_model:
@@ -36,7 +37,7 @@ rule evaluate_model:
         mem_mb=RES["model_mem_mb"],
         runtime=RES["model_runtime_min"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd model evaluate {input.model} {input.trace} --config {input.config} "
         "--json {output.json} --predictions {output.predictions} > {log} 2>&1"

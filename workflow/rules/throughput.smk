@@ -22,7 +22,7 @@ rule throughput:
         mem_mb=RES["throughput_mem_mb"],
         runtime=RES["throughput_runtime_min"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         # bdsgd throughput reads the truth beside the test part itself (bdsgd.server.load_needs)
         "bdsgd throughput {input.trace} --policies {params.policies} {params.model} --rule both "

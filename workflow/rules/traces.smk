@@ -12,7 +12,7 @@ rule resolved_config:
     params:
         text=yaml.safe_dump(config, sort_keys=True),
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "printf '%s' {params.text:q} > {output} 2> {log}"
 
@@ -29,7 +29,7 @@ rule stage_config:
     params:
         text=lambda wc: config_slice(wc.stage, wc.name),
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "printf '%s' {params.text:q} > {output} 2> {log}"
 
@@ -49,7 +49,7 @@ rule simulate_trace:
         mem_mb=RES["simulate_mem_mb"],
         runtime=RES["simulate_runtime_min"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd traces simulate --config {input} --name {wildcards.trace} --out {output.trace} > {log} 2>&1"
 
@@ -66,7 +66,7 @@ rule import_trace:
     params:
         format=lambda wc: config["traces"][wc.trace]["format"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd traces import --format {params.format} {input} {output} > {log} 2>&1"
 
@@ -82,12 +82,17 @@ rule gather_trace:
         trace=traces_from("gather"),
     params:
         data_dir=TRAIN["data_dir"],
+    # locally: one core per worker (bdsgd starts them with torchrun)
     threads: lambda wc: gather_workers(wc.trace)
     resources:
+        # under the SLURM executor: a task per worker, and mpi so that the executor runs the
+        # command as it is (not in `srun -n1`, whose SLURM_PROCID would make bdsgd one worker)
+        tasks=lambda wc: gather_workers(wc.trace),
+        mpi="srun",
         mem_mb=RES["gather_mem_mb"],
         runtime=RES["gather_runtime_min"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd traces gather --config {input} --name {wildcards.trace} --data-dir {params.data_dir:q} "
         "--out {output} > {log} 2>&1"
@@ -106,7 +111,7 @@ rule split_trace:
     params:
         fraction=lambda wc: config["traces"][wc.trace]["train_fraction"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd traces split {input.trace} --train-fraction {params.fraction} "
         "--train {output.train} --test {output.test} > {log} 2>&1"
@@ -135,6 +140,6 @@ rule describe_trace:
     log:
         f"{LOGS}/traces/{{trace}}/describe.log",
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd traces describe --json {input} > {output} 2> {log}"

@@ -28,7 +28,7 @@ rule train:
         mem_mb=RES["train_mem_mb"],
         runtime=RES["train_runtime_min"],
     conda:
-        "../../environment.yml"
+        "../envs/bdsgd.yaml"
     shell:
         "bdsgd train --config {input.config} --task {wildcards.task} --policy {wildcards.policy} "
         "--seed {wildcards.seed} --trace {input.trace} --history {input.history} {params.model} "

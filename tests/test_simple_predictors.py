@@ -1,0 +1,109 @@
+"""The per-worker censored baselines ewma and persist (``PerWorkerLevel``)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bdsgd.config import default_config
+from bdsgd.cutoff import observation
+from bdsgd.policies import make_policy
+from bdsgd.policies.predictors import MIN_RESIDUALS, PerWorkerLevel
+from bdsgd.server import replay, warm_up
+from bdsgd.traces.schema import from_arrays
+
+CFG = default_config().policies
+SIMPLE = ("ewma", "persist")
+
+
+def straggler_trace(T=300, n=8, slow=3, factor=5.0, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(0.0, 0.1, (T, n))
+    x[:, slow] *= factor
+    return x
+
+
+@pytest.mark.parametrize("name", SIMPLE)
+def test_a_persistently_slow_worker_is_forecast_the_slowest(name):
+    x = straggler_trace()
+    policy = make_policy(name, 8, CFG)
+    for t in range(40):
+        policy.observe(observation(t, x[t], 8, 0.0))
+    level = policy.predictor.level
+    assert np.argmax(level) == 3
+    assert level[3] - np.delete(level, 3).max() > np.log(3.0)
+    expected = policy.predictor.expected_order_stats()
+    assert expected[-1] > 3 * expected[-2]
+
+
+@pytest.mark.parametrize("alpha", [0.1, 1.0])
+def test_a_cut_never_lowers_a_level_and_lifts_it_to_the_cutoff(alpha):
+    rng = np.random.default_rng(1)
+    predictor = PerWorkerLevel(6, alpha, 10)
+    for t in range(30):
+        x = rng.lognormal(0.0, 0.5, 6)
+        obs = observation(t, x, int(rng.integers(1, 7)), 0.0)
+        before = None if predictor.level is None else predictor.level.copy()
+        predictor.observe(obs)
+        cut = ~obs.accepted
+        assert (predictor.level[cut] >= np.log(obs.cutoff_time)).all()
+        if before is not None:
+            assert (predictor.level[cut] >= before[cut]).all()
+            # the pool holds the update's lower bound: a cut worker's residual is never negative
+            residual = predictor.residuals[(predictor.count - 1) % 10]
+            assert (residual[cut] >= 0).all()
+    # a cut worker already believed slower than the cutoff keeps its level
+    predictor.level[:] = np.log([1.0, 1.0, 1.0, 1.0, 1.0, 9.0])
+    predictor.observe(observation(30, np.array([1.0, 1.1, 1.2, 1.3, 1.4, 20.0]), 5, 0.0))
+    assert predictor.level[5] == pytest.approx(np.log(9.0))
+
+
+@pytest.mark.parametrize("name", SIMPLE)
+def test_iid_order_statistics_approach_the_true_ones(name):
+    """ewma's forecast approaches the generating distribution's order statistics; persist's, a
+    random walk's from each worker's last value (its changes: differences of two i.i.d. draws,
+    sqrt(2) sigma), which is what persist assumes."""
+    rng = np.random.default_rng(2)
+    n, sigma, draws = 16, 0.3, 100_000
+    cfg = dataclasses.replace(CFG, residual_window=400, ewma_halflife=20)
+    policy = make_policy(name, n, cfg)
+    for t in range(400):
+        policy.observe(observation(t, rng.lognormal(0.0, sigma, n), n, 0.0))
+    if name == "ewma":
+        x = rng.lognormal(0.0, sigma, (draws, n))
+    else:
+        x = np.exp(policy.predictor.level + np.sqrt(2) * sigma * rng.standard_normal((draws, n)))
+    expected = policy.predictor.expected_order_stats()
+    np.testing.assert_allclose(expected, np.sort(x, axis=1).mean(axis=0), rtol=0.06)
+    assert np.all(np.diff(expected) >= 0)
+
+
+@pytest.mark.parametrize("name", SIMPLE)
+def test_cold_start_waits_for_every_worker(name):
+    x = straggler_trace(T=10)
+    policy = make_policy(name, 8, CFG)
+    cutoffs = []
+    for t in range(MIN_RESIDUALS + 2):
+        cutoffs.append(policy.choose())
+        policy.observe(observation(t, x[t], cutoffs[-1], 0.0))
+    assert cutoffs[: MIN_RESIDUALS + 1] == [8] * (MIN_RESIDUALS + 1)
+    assert cutoffs[-1] == 7
+
+
+@pytest.mark.parametrize("rule", ["rate", "ratio"])
+@pytest.mark.parametrize("name", SIMPLE)
+def test_a_persistent_straggler_is_cut_and_only_it(name, rule):
+    x = straggler_trace(T=400)
+    history, test = from_arrays(x[:100]), from_arrays(x[100:])
+    policy = make_policy(name, 8, CFG, rule=rule)
+    warm_up(policy, history)
+    run = replay(test, policy)
+    assert np.mean(run.cutoffs == 7) > 0.9
+
+
+@pytest.mark.parametrize("rule", ["rate", "ratio"])
+@pytest.mark.parametrize("name", SIMPLE)
+def test_no_harm_on_a_zero_variance_trace(name, rule):
+    for x in (np.full((50, 6), 2.0), np.repeat(np.linspace(1.0, 3.0, 50)[:, None], 6, axis=1)):
+        run = replay(from_arrays(x), make_policy(name, 6, CFG, rule=rule))
+        assert (run.cutoffs == 6).all()
