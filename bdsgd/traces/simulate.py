@@ -386,5 +386,7 @@ def read_truth(path: str | Path) -> Truth:
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(str(path), "-", f"not a simulator truth file ({reason})") from None
-    return Truth(params=header["params"], seed=header["seed"],
+    # a sidecar written before a mechanism existed had it switched off
+    params = {**_UNIFORM_SPEED, **_FIXED_LENGTHS, **header["params"]}
+    return Truth(params=params, seed=header["seed"],
                  straggler_onset=header["straggler_onset"], **arrays)
