@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE", help="training trace (Parquet)")
     p.add_argument("--out", required=True, help="model checkpoint to write (MODEL.pt)")
     p.add_argument("--config", help="experiment config; its model: section sets the architecture")
-    p.add_argument("--epochs", type=int, help="override model.epochs")
+    p.add_argument("--epochs", type=int, help="override model.epochs (default: the config's; "
+                   "when null, as many passes as model.steps Adam steps take)")
     p.add_argument("--seed", type=int, help="seed (default: the config's seed, else 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--trace-name", help="the trace's name in W&B (default: the file's stem)")

@@ -80,7 +80,8 @@ class ModelConfig:
     latent_dim: int
     worker_dim: int
     hidden_dim: int
-    epochs: int
+    epochs: int | None
+    steps: int
     chunk: int
     batch_size: int
     learning_rate: float

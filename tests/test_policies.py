@@ -60,7 +60,7 @@ class Regimes:
         return base * rng.uniform(0.95, 1.05, (n_samples, self.n))
 
 
-CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd", "bdsgd-model",
+CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd", "bdsgd-averaged",
           "bayes",
           "explore-elfving", "explore-ecdf", "explore-bandit", "explore-ewma", "explore-persist",
           "explore-bdsgd"]

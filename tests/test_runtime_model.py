@@ -613,3 +613,21 @@ def test_compiled_training_step_matches_the_eager_one():
     assert results[1][0] == pytest.approx(results[0][0], rel=1e-5)
     for compiled, eager in zip(results[1][1], results[0][1], strict=True):
         torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=1e-5)
+
+
+def test_without_epochs_a_short_trace_gets_its_steps_in_more_passes(monkeypatch, tmp_path):
+    """epochs null: the passes that make model.steps Adam steps. A 170-iteration trace in
+    windows of 64 (stride 32: 4 windows, 2 batches of 2) needs 300 passes for 600 steps."""
+    cfg = dataclasses.replace(BASE, epochs=None, steps=600, chunk=64, batch_size=2)
+    assert train_module.planned_epochs(cfg, 170) == 300
+    assert train_module.planned_epochs(dataclasses.replace(cfg, epochs=7), 170) == 7
+    steps = []
+    real = torch.optim.Adam.step
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: (steps.append(1),
+                                                                          real(self, *a, **k))[1])
+    trace = from_arrays(np.random.default_rng(0).lognormal(0.0, 0.3, (40, 3)))
+    small = tiny(epochs=None, steps=9, chunk=16, batch_size=2)
+    train_module.train_model(trace, small, seed=0, out=tmp_path / "m.pt", progress=False)
+    # 40 iterations: windows at stride 8 from a random phase, 3 or 4 of them, 2 steps a pass;
+    # ceil(9 / 2) = 5 passes
+    assert 8 <= len(steps) <= 10

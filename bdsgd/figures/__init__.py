@@ -42,8 +42,8 @@ POLICY_COLOURS = {
     "bandit": "#9467bd",
     "ewma": "#b8860b",  # the per-worker simple baselines: dark goldenrod, teal green
     "persist": "#1b9e77",
-    "bdsgd": "#d62728",  # red: the method (the paper's model averaged with simple predictors)
-    "bdsgd-model": "#ff9896",  # light red: the paper's model alone
+    "bdsgd": "#d62728",  # red: the method of the paper
+    "bdsgd-averaged": "#ff9896",  # light red: its model averaged with simple predictors
     "bayes": "#e377c2",
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#2ca02c",

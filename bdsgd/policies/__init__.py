@@ -1,7 +1,7 @@
 """Cutoff policies: the registry. ``spec`` says what a policy needs, ``make_policy`` builds it.
 
-Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model averaged
-with simple predictors: ``policies.averaging``) and bdsgd-model (the model alone), both needing a
+Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model) and
+bdsgd-averaged (the model averaged with simple predictors: ``policies.averaging``), both needing a
 run-time model, bayes (needs the simulator's truth), oracle and oracle-myopic (need the future
 run-times: references only), and explore-<name> around any causal one. ``async`` and ``cyclic``
 are training modes, not cutoff policies (``MODES``; the throughput stage's async:
@@ -46,7 +46,7 @@ SPECS = {
     "ewma": Spec(predictive=True, learns=True),
     "persist": Spec(predictive=True, learns=True),
     "bdsgd": Spec(predictive=True, learns=True, needs_model=True),
-    "bdsgd-model": Spec(predictive=True, learns=True, needs_model=True),
+    "bdsgd-averaged": Spec(predictive=True, learns=True, needs_model=True),
     # bayes knows the true state already: a history has nothing to teach it
     "bayes": Spec(predictive=True, needs_truth=True),
     "oracle": Spec(needs_future=True),
@@ -142,7 +142,7 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
     from bdsgd.policies.bdsgd import ModelPredictor
 
     predictor = ModelPredictor(model, seed=seed, compile=cfg.compile)
-    if name == "bdsgd-model":
+    if name == "bdsgd":
         return predictor
     simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
     return Averaged({"model": predictor, **simple}, cfg.forgetting)

@@ -1,11 +1,12 @@
-"""bdsgd's predictor: the run-time model averaged with simple per-worker and pooled predictors.
+"""bdsgd-averaged's predictor: the run-time model averaged with simple per-worker and pooled
+predictors.
 
 A learnt joint model wins where the cluster has structure it learnt (contended nodes, stalls
 that persist, a straggler that comes and goes), and loses where the cluster is unlike its
 training trace: a calm cluster whose forecast it spreads too wide, run-times with no memory
 that it forecasts with memory. Which holds is a question the server's own observations answer,
-so bdsgd weighs its candidate forecasts by how well each predicted what it then saw: dynamic
-Bayesian model averaging (Raftery, Karny & Ettler 2010) with a censored likelihood.
+so bdsgd-averaged weighs its candidate forecasts by how well each predicted what it then saw:
+dynamic Bayesian model averaging (Raftery, Karny & Ettler 2010) with a censored likelihood.
 
 Components k (``policies.averaging`` names the simple ones beside the model): each gives S_k
 joint draws of the next iteration's log run-times (``log_draws``), sorted into draws y^(s) of
@@ -34,6 +35,11 @@ alpha = ``policies.forgetting``: a model's evidence fades over about 1 / (1 - al
 so the weights follow a cluster that changes (a load shift, a straggler that leaves). The
 forecast is the mixture's: E[x_(c)] = sum_k w_k E_k[x_(c)], exact since an expectation is linear
 in the mixture, each E_k the component's own (exact where it has one).
+
+What it does not do (benchmarks/README.md, "Averaging"): a better predictive score is not a
+better decision. On the simulator's mixed scenario the weights swing to ewma for a stretch
+whose forecasts score higher and whose cutoffs are worse, and bdsgd-averaged ends 2.8 points
+below the model alone; it is not bdsgd's default for that reason.
 """
 
 from __future__ import annotations

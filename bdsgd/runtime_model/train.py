@@ -107,6 +107,17 @@ def _fingerprint(trace: Trace, cfg: ModelConfig, seed: int) -> dict:
             "sum": float(trace.runtimes.sum())}
 
 
+def planned_epochs(cfg: ModelConfig, n_iterations: int) -> int:
+    """model.epochs, or when it is null the passes that make model.steps Adam steps: each pass
+    takes the trace's half-overlapping windows of ``chunk`` iterations (``windows``; a random
+    phase can drop one) in batches of ``batch_size``."""
+    if cfg.epochs is not None:
+        return cfg.epochs
+    length = min(cfg.chunk, n_iterations)
+    per_pass = -(-((n_iterations - length) // max(1, length // 2) + 1) // cfg.batch_size)
+    return -(-cfg.steps // per_pass)
+
+
 def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool = True,
                 config: Config | None = None, trace_name: str = "trace") -> Path:
     """Train on ``trace``; write the model to ``out`` (atomically) and return its path.
@@ -146,13 +157,14 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
     wandb = None if config is None else tracking.start(
         dataclasses.replace(config, model=cfg), "model", f"model-{trace_name}-s{seed}", out.parent,
         "epoch", trace=trace_name, seed=seed)
-    bar = tqdm(range(start, cfg.epochs), disable=not progress, desc="ELBO", unit="epoch",
-               initial=start, total=cfg.epochs)
+    epochs = planned_epochs(cfg, trace.n_iterations)
+    bar = tqdm(range(start, epochs), disable=not progress, desc="ELBO", unit="epoch",
+               initial=start, total=epochs)
     for epoch in bar:
         losses.append(run_epoch(model, optimizer, x, censored, cfg, generator, term))
         bar.set_postfix(elbo=f"{-losses[-1]:.4f}")
         tracking.log(wandb, {"epoch": epoch + 1, "elbo": -losses[-1]}, epoch + 1)
-        if (epoch + 1) % cfg.checkpoint_every == 0 and epoch + 1 < cfg.epochs:
+        if (epoch + 1) % cfg.checkpoint_every == 0 and epoch + 1 < epochs:
             state = {"fingerprint": fingerprint, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
                      "epoch": epoch + 1, "losses": losses}
@@ -162,7 +174,7 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
         k: v for k, v in trace.meta.items() if isinstance(v, (str, int, float))}))
     write_with(out, lambda tmp: torch.save(payload, tmp))
     ckpt_path.unlink(missing_ok=True)
-    tracking.finish(wandb, {"final_elbo": -losses[-1], "epochs": cfg.epochs,
+    tracking.finish(wandb, {"final_elbo": -losses[-1], "epochs": epochs,
                             "parameters": n_params})
     print(f"final ELBO per observation {-losses[-1]:.4f} (first epoch {-losses[0]:.4f}) -> {out}")
     return out
