@@ -6,6 +6,7 @@ truth that bayes predicts from."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -320,3 +321,19 @@ def test_bayes_puts_the_slow_workers_last():
     slow = np.sort(truth.base_s[truth.base_s > 1.5])
     assert (eos[:6] < 1.5).all()
     np.testing.assert_allclose(eos[6:], slow, rtol=0.1)
+
+
+def test_a_truth_from_before_a_mechanism_existed_reads_with_it_switched_off(tmp_path):
+    """A sidecar whose params lack the newer mechanisms' keys (slow workers, sequence lengths)
+    had them off: it reads, and predicts as the same truth with them written out."""
+    _, truth = simulate(SimulateConfig(scenario="mixed", workers=8, iterations=100), 2)
+    newer = {"slow_workers", "slow_factor_min", "slow_factor_max", "seq_batch", "seq_alpha",
+             "seq_max"}
+    assert newer <= set(truth.params)
+    older = dataclasses.replace(truth, params={k: v for k, v in truth.params.items()
+                                               if k not in newer})
+    back = read_truth(write_truth(older, tmp_path / "old.truth.npz"))
+    assert back.params == truth.params
+    rng1, rng2 = np.random.default_rng(5), np.random.default_rng(5)
+    np.testing.assert_array_equal(back.predictive_draws(50, 4, rng1),
+                                  truth.predictive_draws(50, 4, rng2))
