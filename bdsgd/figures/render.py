@@ -288,8 +288,9 @@ def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
     """Throughput relative to the exact hindsight oracle, per policy (and rule): a panel per
     trace, each bar in its policy's colour."""
     rows = table[~table["policy"].isin(["oracle", *NON_CUTOFF_MODES])]
-    rows = rows.assign(label=np.where(rows["rule"] == "", rows["policy"],
-                                      rows["policy"] + "\n" + rows["rule"]))
+    # a long name breaks after its first hyphen, so neighbouring labels do not run together
+    name = rows["policy"].str.replace("-", "-\n", n=1, regex=False)
+    rows = rows.assign(label=np.where(rows["rule"] == "", name, name + "\n" + rows["rule"]))
     labels, traces = list(pd.unique(rows["label"])), sorted(rows["trace"].unique())
     fig, axes = plt.subplots(len(traces), 1, figsize=(max(8, 0.75 * len(labels) + 3),
                                                       3.2 * len(traces)), squeeze=False)
