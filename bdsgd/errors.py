@@ -14,6 +14,10 @@ class UserError(Exception):
         self.file, self.field, self.message = str(file), str(field), message
         super().__init__(f"{self.file}: {self.field}: {message}")
 
+    def __reduce__(self):
+        # rebuilt from its fields where it crosses a process boundary (a process pool's result)
+        return UserError, (self.file, self.field, self.message)
+
 
 class Stopped(Exception):
     """A long job stopped by a signal (SIGTERM: SLURM's preemption notice, Snakemake's cancel;
@@ -27,3 +31,6 @@ class Stopped(Exception):
         self.signum, self.checkpoint, self.iteration = signum, str(checkpoint), iteration
         super().__init__(f"stopped by signal {signum} after iteration {iteration}; "
                          f"{self.checkpoint} holds the run: the same command resumes it")
+
+    def __reduce__(self):
+        return Stopped, (self.signum, self.checkpoint, self.iteration)

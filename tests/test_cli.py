@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 
 import pandas as pd
 import pytest
 
 from bdsgd.cli import build_parser
+from bdsgd.errors import Stopped, UserError
 from tests.conftest import REPO, run_cli
 
 ENTRY_POINTS = [
@@ -152,3 +154,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("bdsgd: error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_errors_survive_a_process_boundary():
+    """A process pool pickles a worker's exception back to its parent: it must arrive whole, or
+    the parent reports a broken pool instead of the file and field."""
+    error = pickle.loads(pickle.dumps(UserError("t.parquet", "runtime_s", "negative")))
+    assert isinstance(error, UserError) and str(error) == "t.parquet: runtime_s: negative"
+    stopped = pickle.loads(pickle.dumps(Stopped(15, "run.ckpt", 7)))
+    assert (stopped.signum, stopped.checkpoint, stopped.iteration) == (15, "run.ckpt", 7)
