@@ -10,10 +10,10 @@ rules), which draws from the simulator's true dynamics given its true latent sta
 Differences of a few hundredths of a point between good policies are within one trace's luck, so
 the table ends with bdsgd's margin over each trace's strongest baseline: its mean over seeds (each
 seed is a new simulated cluster; on the real jobs, the same trace with a new model training and
-new Monte Carlo draws) and a 95 % paired block-bootstrap interval (blocks of ``BLOCK``
-iterations resampled alike for both policies, as run-times are correlated in time), next to
-the same margin for ``bayes``: where even the true dynamics do not beat a baseline, no causal
-policy can be expected to.
+new Monte Carlo draws) and a 95 % paired two-level bootstrap interval (``seed_bootstrap``: seeds
+resampled, then within each seed blocks of ``BLOCK`` iterations resampled alike for both
+policies, as run-times are correlated in time), next to the same margin for ``bayes``: where
+even the true dynamics do not beat a baseline, no causal policy can be expected to.
 
     .venv/bin/python benchmarks/policy_table.py [--workers 32] [--iterations 2000] [--epochs 100]
         [--seeds 0 1 2] [--jobs 2] [--resume]
@@ -135,6 +135,16 @@ def block_bootstrap(decisions: pd.DataFrame, a: str, b: str, oracle_rate: float,
     return (ca[pick].sum(1) / da[pick].sum(1) - cb[pick].sum(1) / db[pick].sum(1)) / oracle_rate
 
 
+def seed_bootstrap(draws: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Resamples of the mean over seeds from per-seed block-bootstrap draws (seeds, RESAMPLES):
+    each resample picks seeds with replacement and one block resample within each, so the
+    interval holds the spread from one cluster (or model) to the next as well as each trace's
+    own luck. One seed leaves its block resamples as they are."""
+    seeds, resamples = draws.shape
+    pick = rng.integers(0, seeds, size=(resamples, seeds))
+    return draws[pick, np.arange(resamples)[:, None]].mean(axis=1)
+
+
 def margin(runs: list[tuple[dict, pd.DataFrame]], policy: str, baseline: str,
            seed: int) -> tuple:
     """``policy`` (its default rule) minus ``baseline`` (its best rule by mean over seeds),
@@ -150,7 +160,7 @@ def margin(runs: list[tuple[dict, pd.DataFrame]], policy: str, baseline: str,
         means.append(rows[policy]["relative_to_oracle"] - rows[best]["relative_to_oracle"])
         default = f"{policy}/{rows[policy]['rule']}"
         draws.append(block_bootstrap(decisions, default, best, oracle_rate, rng))
-    low, high = np.quantile(np.mean(draws, axis=0), [0.025, 0.975])
+    low, high = np.quantile(seed_bootstrap(np.array(draws), rng), [0.025, 0.975])
     return best, float(np.mean(means)), float(low), float(high)
 
 

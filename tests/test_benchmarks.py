@@ -42,6 +42,22 @@ def test_the_policy_tables_bootstrap_resamples_both_policies_alike():
     assert np.median(ahead) == pytest.approx(1 / duration.mean(), rel=0.2)
 
 
+def test_the_policy_tables_interval_holds_the_spread_between_seeds():
+    """Seeds whose margins differ but are each certain: the interval spans their spread (a
+    within-seed bootstrap alone would be one point); one seed keeps its own draws."""
+    sys.path.insert(0, str(SCRIPTS[0].parent))
+    try:
+        from policy_table import RESAMPLES, seed_bootstrap
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(0)
+    certain = np.repeat(np.linspace(-1.0, 1.0, 10)[:, None], RESAMPLES, axis=1)
+    low, high = np.quantile(seed_bootstrap(certain, rng), [0.025, 0.975])
+    assert -0.7 < low < -0.2 and 0.2 < high < 0.7
+    one = rng.standard_normal((1, RESAMPLES))
+    assert np.array_equal(seed_bootstrap(one, rng), one[0])
+
+
 def test_the_policy_table_takes_model_and_policy_settings():
     sys.path.insert(0, str(SCRIPTS[0].parent))
     try:
