@@ -106,6 +106,7 @@ class PoliciesConfig:
     residual_window: int
     averaging: tuple[str, ...]
     forgetting: float
+    score_scale: float
     bayes_samples: int
     compile: bool
 

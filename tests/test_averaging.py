@@ -1,5 +1,5 @@
-"""bdsgd's averaging of forecasts (bdsgd.policies.averaging): the censored predictive score, and
-weights that move to the component whose forecasts come true."""
+"""bdsgd's averaging of forecasts (bdsgd.policies.averaging): the censored score of a forecast of
+the order statistics, and weights that move to the component whose forecasts come true."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from bdsgd.cutoff import Observation
-from bdsgd.policies.averaging import MIN_BANDWIDTH, Averaged, log_score
+from bdsgd.policies.averaging import Averaged, log_score
+
+SCALE = 0.03
 
 
 def observation(runtimes: np.ndarray, cutoff: int, t: int = 0) -> Observation:
@@ -18,66 +20,53 @@ def observation(runtimes: np.ndarray, cutoff: int, t: int = 0) -> Observation:
 
 
 class Fixed:
-    """A component whose forecast never changes: log-normal around ``level`` (seconds)."""
+    """A component whose forecast of E[x_(1..n)] never changes."""
 
-    def __init__(self, level: np.ndarray, spread: float = 0.05, samples: int = 200):
-        rng = np.random.default_rng(0)
-        self.draws = np.log(level) + spread * rng.standard_normal((samples, len(level)))
+    def __init__(self, expected: np.ndarray):
+        self.expected = np.sort(expected)
         self.seen = 0
 
-    def log_draws(self):
-        return self.draws
-
     def expected_order_stats(self):
-        return np.sort(np.exp(self.draws), axis=1).mean(0)
+        return self.expected
 
     def observe(self, obs):
         self.seen += 1
 
 
-def test_the_score_prefers_the_forecast_that_came_true_and_reads_a_cut_as_a_lower_bound():
-    rng = np.random.default_rng(1)
-    x = np.exp(rng.normal(0.0, 0.1, 8))
-    right = np.log(x) + 0.1 * rng.standard_normal((500, 8))
-    wrong = right + np.log(3.0)
-    full = observation(x, 8)
-    assert log_score(right, full) > log_score(wrong, full) + 1.0
-    # all but the slowest accepted; the slowest ran longer than tau: a forecast whose x_(n) is
-    # far above tau loses nothing for it, one whose x_(n) is below does
-    cut = observation(x, 7)
-    slow = int(np.argmax(x))
-    above, below = right.copy(), right.copy()
-    above[:, slow] = np.log(10 * x[slow])
-    below[:, slow] = np.log(0.1 * x[slow])
-    assert log_score(above, cut) > log_score(below, cut) + 1.0
-    per_worker = log_score(above, cut) * 8
-    assert per_worker == pytest.approx(log_score(right[:, np.arange(8) != slow],
-                                                 Observation(0, 7, np.delete(cut.runtimes, slow),
-                                                             cut.cutoff_time)) * 7, abs=1e-6)
+def test_the_score_is_the_gaussian_log_likelihood_of_the_log_errors():
+    x = np.array([1.0, 1.2, 1.5, 2.0])
+    full = observation(x, 4)
+    assert log_score(x, full, SCALE) == 0.0
+    # off by s on every order statistic: -1/2; by 2 s: -2
+    assert log_score(x * np.exp(SCALE), full, SCALE) == pytest.approx(-0.5)
+    assert log_score(x * np.exp(-2 * SCALE), full, SCALE) == pytest.approx(-2.0)
+
+
+def test_a_cut_worker_is_a_lower_bound():
+    """All but the slowest accepted: the slowest only ran longer than tau. A forecast of x_(n)
+    above tau agrees with that whatever its size; one below tau is wrong by log(tau / m)."""
+    x = np.array([1.0, 1.1, 1.2, 4.0])
+    cut = observation(x, 3)  # tau = 1.2
+    far_above = np.array([1.0, 1.1, 1.2, 40.0])
+    assert log_score(far_above, cut, SCALE) == 0.0
+    below = np.array([1.0, 1.1, 1.2, 1.2 * np.exp(-2 * SCALE)])
+    assert log_score(below, cut, SCALE) == pytest.approx(-0.5 * 4 / 4)
 
 
 def test_workers_are_scored_as_order_statistics():
     """What decisions read is E[x_(c)]: a forecast that swaps two workers' speeds predicts the
     same order statistics, and scores the same."""
-    rng = np.random.default_rng(4)
     x = np.array([1.0, 1.1, 1.2, 4.0])
-    draws = np.log(x) + 0.05 * rng.standard_normal((300, 4))
-    swapped = draws[:, [3, 1, 2, 0]]
     obs = observation(x, 3)
-    assert log_score(swapped, obs) == pytest.approx(log_score(draws, obs))
-
-
-def test_atoms_get_the_minimum_kernel_width():
-    obs = observation(np.ones(4), 4)
-    exact = np.zeros((3, 4))  # three identical draws at log 1 = 0
-    expected = -np.log(MIN_BANDWIDTH * np.sqrt(2 * np.pi))  # the kernel's peak
-    assert log_score(exact, obs) == pytest.approx(expected)
+    forecast = np.array([4.2, 1.05, 1.1, 1.25])
+    assert log_score(np.sort(forecast), obs, SCALE) == log_score(
+        np.sort(forecast[[3, 1, 2, 0]]), obs, SCALE)
 
 
 def test_weights_move_to_the_component_whose_forecasts_come_true():
     n = 6
     fast, slow = Fixed(np.ones(n)), Fixed(np.full(n, 3.0))
-    avg = Averaged({"fast": fast, "slow": slow}, forgetting=0.9)
+    avg = Averaged({"fast": fast, "slow": slow}, forgetting=0.9, scale=SCALE)
     assert avg.weights == {"fast": 0.5, "slow": 0.5}
     rng = np.random.default_rng(2)
     for t in range(5):
@@ -90,25 +79,33 @@ def test_weights_move_to_the_component_whose_forecasts_come_true():
     assert avg.weights["slow"] > 0.999
 
 
+def test_the_forecast_is_the_weighted_mixture_of_the_components():
+    a, b = Fixed(np.array([1.0, 2.0])), Fixed(np.array([3.0, 4.0]))
+    avg = Averaged({"a": a, "b": b}, forgetting=1.0, scale=SCALE)
+    avg.log_w = {"a": np.log(0.25), "b": np.log(0.75)}
+    np.testing.assert_allclose(avg.expected_order_stats(), [2.5, 3.5])
+
+
 def test_nothing_is_scored_until_every_component_predicts():
     class Late(Fixed):
-        def log_draws(self):
-            return None if self.seen < 2 else self.draws
-
         def expected_order_stats(self):
             return None if self.seen < 2 else super().expected_order_stats()
 
     n = 4
     ready, late = Fixed(np.ones(n)), Late(np.ones(n))
-    avg = Averaged({"ready": ready, "late": late}, forgetting=0.98)
+    avg = Averaged({"ready": ready, "late": late}, forgetting=0.98, scale=SCALE)
     np.testing.assert_allclose(avg.expected_order_stats(), ready.expected_order_stats())
-    avg.observe(observation(np.ones(n), n))
-    avg.observe(observation(np.ones(n), n, 1))
+    slower = 1.1 * np.ones(n)
+    avg.observe(observation(slower, n))
+    avg.observe(observation(slower, n, 1))
     assert avg.log_w == {"ready": 0.0, "late": 0.0}  # both learnt, neither was scored
-    avg.observe(observation(np.ones(n), n, 2))
+    avg.observe(observation(slower, n, 2))
     assert avg.log_w["ready"] == pytest.approx(avg.log_w["late"]) != 0.0
 
 
-def test_forgetting_must_be_a_fraction():
-    with pytest.raises(ValueError, match="forgetting"):
-        Averaged({}, forgetting=0.0)
+@pytest.mark.parametrize(("forgetting", "scale", "match"), [(0.0, SCALE, "forgetting"),
+                                                             (1.5, SCALE, "forgetting"),
+                                                             (0.9, 0.0, "scale")])
+def test_forgetting_and_scale_are_checked(forgetting, scale, match):
+    with pytest.raises(ValueError, match=match):
+        Averaged({}, forgetting=forgetting, scale=scale)

@@ -32,9 +32,6 @@ class LastIteration:
     def expected_order_stats(self):
         return self.expected
 
-    def log_draws(self):  # one draw: the averaging's kernel gives it its minimum width
-        return None if self.expected is None else np.log(self.expected)[None]
-
 
 class FakeModel:
     """Test double of a loaded run-time model; its predictor is ``LastIteration``."""

@@ -145,4 +145,4 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
     if name == "bdsgd":
         return predictor
     simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
-    return Averaged({"model": predictor, **simple}, cfg.forgetting)
+    return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)

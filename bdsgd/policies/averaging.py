@@ -1,91 +1,73 @@
-"""bdsgd-averaged's predictor: the run-time model averaged with simple per-worker and pooled
-predictors.
+"""bdsgd's averaging: the run-time model's forecast averaged with simple per-worker and pooled
+predictors, weighted by how well each forecast what the decision reads.
 
 A learnt joint model wins where the cluster has structure it learnt (contended nodes, stalls
 that persist, a straggler that comes and goes), and loses where the cluster is unlike its
-training trace: a calm cluster whose forecast it spreads too wide, run-times with no memory
+training trace: a straggler episode the training part never showed, run-times with no memory
 that it forecasts with memory. Which holds is a question the server's own observations answer,
-so bdsgd-averaged weighs its candidate forecasts by how well each predicted what it then saw:
-dynamic Bayesian model averaging (Raftery, Karny & Ettler 2010) with a censored likelihood.
+so the forecasts are weighed by their recent errors: exponentially weighted averaging with
+forgetting (dynamic model averaging, Raftery, Karny & Ettler 2010).
 
-Components k (``policies.averaging`` names the simple ones beside the model): each gives S_k
-joint draws of the next iteration's log run-times (``log_draws``), sorted into draws y^(s) of
-the log order statistics. The server saw y_(1..c), and that the other n - c ran longer than
-tau. Component k's one-step predictive log score of that is
+Components k (``policies.averaging`` names the simple ones beside the model) each forecast
+m_k,r = E_k[x_(r)], r = 1..n, the expected order statistics: the only thing the decision rule
+reads. The server then saw y_(1..c) and that the other n - c ran longer than tau. Component k's
+error on order statistic r, in log run-time, is
 
-    l_k = 1/n [ sum_{r <= c} log p_k,r(y_(r)) + sum_{r > c} log P_k(Y_(r) > log tau) ],
+    e_k,r = log m_k,r - log y_(r)              r <= c   (seen)
+    e_k,r = min(0, log m_k,r - log tau)        r > c    (known only to exceed tau: a forecast
+                                                         is wrong only where it is below tau)
 
-    p_k,r(y) = 1/S sum_s N(y; y_(r)^(s), h_r^2),   P_k(Y_(r) > t) = 1/S sum_s Phi((y_(r)^(s) - t) / h_r),
-
-a Gaussian kernel on each order statistic's draws (Silverman's bandwidth h_r, at least
-``MIN_BANDWIDTH``) so that draws that are atoms (the bootstrap's, the empirical distribution's)
-have a density. Why order statistics and not workers: the decision reads only E[x_(c)], so a
-forecast is judged on the quantities the decision uses. Scored worker by worker, a pooled
-distribution that fits every worker's marginal well but spreads its few tail draws thin (ecdf
-on i.i.d. heavy-tailed run-times) outscored the model whose order statistics, and decisions,
-were better. The score is a mean over r (the composite likelihood of n dependent order
-statistics would count the evidence they share n times) and censored exactly as the server
-censors.
+and its score is the Gaussian log-likelihood of those errors at a common scale s
+(``policies.score_scale``), l_k = -1/(2 s^2) * 1/n sum_r e_k,r^2. Squared error is the proper
+score of a mean, so the weights follow the forecast of E[x_(c)] that comes true, not the whole
+predictive distribution: a density (log) score judged the spread and the tails as well, and on
+the simulator's mixed scenario it moved the weight to ewma for a stretch whose distribution
+ewma predicted better and whose cutoffs were worse (benchmarks/README.md, "Averaging"). The
+mean over r, not the sum, because n order statistics of one iteration share most of their
+evidence.
 
 The weights are a posterior with forgetting,
 
     log w_k <- alpha log w_k + l_k,   w normalised,
 
-alpha = ``policies.forgetting``: a model's evidence fades over about 1 / (1 - alpha) iterations,
-so the weights follow a cluster that changes (a load shift, a straggler that leaves). The
-forecast is the mixture's: E[x_(c)] = sum_k w_k E_k[x_(c)], exact since an expectation is linear
-in the mixture, each E_k the component's own (exact where it has one).
-
-What it does not do (benchmarks/README.md, "Averaging"): a better predictive score is not a
-better decision. On the simulator's mixed scenario the weights swing to ewma for a stretch
-whose forecasts score higher and whose cutoffs are worse, and bdsgd-averaged ends 2.8 points
-below the model alone; it is not bdsgd's default for that reason.
+alpha = ``policies.forgetting``: a component's evidence fades over about 1 / (1 - alpha)
+iterations, so the weights follow a cluster that changes. The warm-up history counts, with the
+same forgetting: on its complete iterations every order statistic is seen. The forecast is the
+mixture's, E[x_(c)] = sum_k w_k m_k,c (exact: an expectation is linear in the mixture).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import log_ndtr, logsumexp
 
 from bdsgd.cutoff import Observation
 
-# Kernel width floor in log run-time: 1 % of a run-time. The bootstrap's atoms for a worker whose
-# residuals are all 0 (one always cut) would otherwise have no width at all.
-MIN_BANDWIDTH = 0.01
 
-
-def log_score(draws: np.ndarray, obs: Observation) -> float:
-    """l_k above: the mean over order statistics of the censored log predictive density of
-    ``obs`` under the kernel density of ``draws`` (S, n) of joint log run-times, sorted."""
-    S = len(draws)
-    draws = np.sort(draws, axis=1)
-    q25, q75 = np.percentile(draws, [25, 75], axis=0)
-    spread = np.minimum(draws.std(axis=0), (q75 - q25) / 1.34)
-    h = np.maximum(0.9 * spread * S ** -0.2, MIN_BANDWIDTH)
-    accepted = np.arange(len(obs.runtimes)) < obs.cutoff
-    # y_(1..c), then log tau for the n - c order statistics only known to be above it
-    y = np.log(np.concatenate([np.sort(obs.runtimes[obs.accepted]),
-                               np.full(len(obs.runtimes) - obs.cutoff, obs.cutoff_time)]))
-    z = (draws - y) / h  # (S, n)
-    density = logsumexp(-0.5 * z**2, axis=0) - np.log(S * h * np.sqrt(2 * np.pi))
-    survival = logsumexp(log_ndtr(z), axis=0) - np.log(S)
-    return float(np.where(accepted, density, survival).mean())
+def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float:
+    """l_k above: the censored Gaussian log-likelihood, per order statistic, of what ``obs``
+    shows under the forecast ``expected`` (n,) = E[x_(1..n)] at error scale ``scale``."""
+    n, c = len(obs.runtimes), obs.cutoff
+    seen = np.concatenate([np.sort(obs.runtimes[obs.accepted]), np.full(n - c, obs.cutoff_time)])
+    error = np.log(expected) - np.log(seen)
+    error[c:] = np.minimum(error[c:], 0.0)
+    return float(-0.5 * np.mean(error**2) / scale**2)
 
 
 class Averaged:
-    """Components' forecasts weighted by their recent censored predictive scores (above).
+    """Components' forecasts weighted by their recent scores (above).
 
-    ``components`` maps a name to a predictor with ``log_draws()`` ((S, n) log run-times, or None
-    until it can predict) besides the ``Predictor`` protocol. A component that cannot predict
-    yet is left out of the forecast and its weight stays where it was; ``weights`` are the
-    current posterior, by name. Scoring starts once every component predicts (a few
-    iterations): a late joiner's accumulated log score would not be comparable.
+    ``components`` maps a name to a ``Predictor``. A component that cannot predict yet is left
+    out of the forecast and its weight stays where it was; ``weights`` are the current
+    posterior, by name. Scoring starts once every component predicts (a few iterations): a late
+    joiner's accumulated score would not be comparable.
     """
 
-    def __init__(self, components: dict, forgetting: float):
+    def __init__(self, components: dict, forgetting: float, scale: float):
         if not 0 < forgetting <= 1:
             raise ValueError(f"forgetting must be in (0, 1], got {forgetting}")
-        self.components, self.forgetting = components, forgetting
+        if scale <= 0:
+            raise ValueError(f"scale must be positive, got {scale}")
+        self.components, self.forgetting, self.scale = components, forgetting, scale
         self.log_w = dict.fromkeys(components, 0.0)
 
     @property
@@ -96,10 +78,11 @@ class Averaged:
 
     def observe(self, obs: Observation) -> None:
         # score each forecast made before this observation, then let the components learn from it
-        draws = {name: c.log_draws() for name, c in self.components.items()}
-        if all(d is not None for d in draws.values()):
-            for name, d in draws.items():
-                self.log_w[name] = self.forgetting * self.log_w[name] + log_score(d, obs)
+        forecasts = {name: c.expected_order_stats() for name, c in self.components.items()}
+        if all(f is not None for f in forecasts.values()):
+            for name, f in forecasts.items():
+                self.log_w[name] = (self.forgetting * self.log_w[name]
+                                    + log_score(f, obs, self.scale))
         for component in self.components.values():
             component.observe(obs)
 

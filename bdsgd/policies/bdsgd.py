@@ -58,9 +58,6 @@ class ModelPredictor:
             self.cached = self.model.emitter.unspace(v) * self.model.scale_s
         return self.cached
 
-    def log_draws(self) -> np.ndarray:
-        return np.log(self.draws().numpy())
-
     def expected_order_stats(self) -> np.ndarray:
         """E[x_(c)], c = 1..n, in seconds: the mean of the sorted joint draws."""
         # numpy's vectorised sort is several times faster than torch.sort on one core

@@ -91,9 +91,6 @@ class Elfving:
         return self.mu + self.sigma * self.z
 
 
-POOLED_DRAWS = 256  # draws of the pooled distribution for its predictive score
-
-
 class Ecdf:
     """Kaplan-Meier over the window; E[x_(r:n)] of that distribution (``order_stats``)."""
 
@@ -101,8 +98,6 @@ class Ecdf:
         self.n = n_workers
         self.window = _Window(n_workers, window)
         self.expected: np.ndarray | None = None
-        self.distribution: tuple[np.ndarray, np.ndarray] | None = None  # Kaplan-Meier's
-        self.rng = np.random.default_rng(0)
         order_stats.grid(n_workers)  # built once per n, here rather than in the first decision
 
     def observe(self, obs: Observation) -> None:
@@ -115,19 +110,9 @@ class Ecdf:
         keep = counts > 0
         values, probs = order_stats.kaplan_meier(times[keep], censored[keep], counts[keep])
         self.expected = order_stats.from_quantiles(values, probs, self.n)
-        self.distribution = values, probs
 
     def expected_order_stats(self) -> np.ndarray | None:
         return self.expected
-
-    def log_draws(self) -> np.ndarray | None:
-        """``POOLED_DRAWS`` joint draws of log run-times, (POOLED_DRAWS, n): the workers independent
-        and alike, each from the pooled distribution (this predictor's model of the cluster)."""
-        if self.expected is None:
-            return None
-        values, probs = self.distribution
-        u = self.rng.random((POOLED_DRAWS, self.n))
-        return np.log(values[np.minimum(np.searchsorted(np.cumsum(probs), u), len(values) - 1)])
 
 
 class Bandit:
