@@ -1,14 +1,15 @@
 """Speed of the run-time model on one core: decision latency and training time per epoch.
 
-A decision is everything the parameter server does per iteration with the bdsgd policy: one
-filtering step on the censored observation (``observe``), S joint predictive draws sorted into
-E[x_(c)] (``expected_order_stats``), and the decision rule. Targets (issue 13): p50 <= 1 ms at
-158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the node-shared jump regime).
-Each n is timed eager and with the filtering step compiled (``policies.compile``; the compile
-time, once per process, is printed apart). For scale, the same core's time for one mini-batch
-gradient of the CIFAR-10 network (batch 32) is measured side by side. Training is timed per
-epoch eager and compiled (``model.compile``: the median of epochs 2-4, and the first, which
-compiles).
+A decision is everything the parameter server does per iteration with a policy of the run-time
+model (``LATENCY_POLICIES``): one filtering step on the censored observation (``observe``), S
+joint predictive draws sorted into E[x_(c)] (``expected_order_stats``), and the decision rule;
+averaged, also the simple predictors' updates and forecasts and the scores of their last ones.
+Targets: p50 <= 1 ms at 158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the
+node-shared jump regime). Each n is timed eager and with the filtering step compiled
+(``policies.compile``; the compile time, once per process, is printed apart). For scale, the
+same core's time for one mini-batch gradient of the CIFAR-10 network (batch 32) is measured side
+by side. Training is timed per epoch eager and compiled (``model.compile``: the median of epochs
+2-4, and the first, which compiles).
 
     .venv/bin/python benchmarks/bench_model.py [--quick]
 """
@@ -24,28 +25,32 @@ import torch
 
 from bdsgd.config import from_dict
 from bdsgd.cutoff import observation
-from bdsgd.policies.base import decide
-from bdsgd.policies.bdsgd import ModelPredictor
+from bdsgd.policies import make_policy
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.train import elbo_term, run_epoch
 from bdsgd.tasks import _small_vgg
 
-CFG = from_dict({"experiment": "bench", "traces": {"t": {"source": "simulate"}},
-                 "train": {"trace": "t", "tasks": ["digits"]}}).model
+_CONFIG = from_dict({"experiment": "bench", "traces": {"t": {"source": "simulate"}},
+                     "train": {"trace": "t", "tasks": ["digits"]}})
+CFG, POLICIES = _CONFIG.model, _CONFIG.policies
+# the model alone, and averaged with ewma, persist and ecdf (policies.averaging)
+LATENCY_POLICIES = ("bdsgd", "bdsgd-averaged")
 
 
-def decision_latency(n: int, iterations: int, compile: bool) -> tuple[np.ndarray, float]:
-    """Seconds per decision (observe + predict + decide) over a replay of random run-times, and
-    the seconds of the first decision (which compiles)."""
+def decision_latency(policy: str, n: int, iterations: int,
+                     compile: bool) -> tuple[np.ndarray, float]:
+    """Seconds per decision of ``policy`` (observe + predict + decide, ``PredictivePolicy``)
+    over a replay of random run-times, and the seconds of the first decision (which compiles)."""
     torch.manual_seed(0)
-    predictor = ModelPredictor(RuntimeModel(CFG, n, node=np.arange(n) // 4), seed=0, compile=compile)
+    model = RuntimeModel(CFG, n, node=np.arange(n) // 4)
+    chosen = make_policy(policy, n, dataclasses.replace(POLICIES, compile=compile), model=model)
     x = np.exp(np.random.default_rng(0).normal(0, 0.3, (iterations + 10, n)))
     c, times = n, []
     for t, row in enumerate(x):
         obs = observation(t, row, c, 0.0)  # the harness's work, not the policy's
         start = time.perf_counter()
-        predictor.observe(obs)
-        c = decide(predictor.expected_order_stats(), "rate", 0.8 * n)
+        chosen.observe(obs)
+        c = chosen.choose()
         times.append(time.perf_counter() - start)
     return np.array(times[10:]), times[0]  # the first few warm the allocator up
 
@@ -88,15 +93,17 @@ def main() -> None:
     grad = gradient_time(3 if args.quick else 10)
     print(f"one core; S = {CFG.samples} draws; CIFAR-10 net gradient (batch 32): "
           f"{grad * 1e3:.1f} ms")
-    print(f"{'n':>6} {'filter':>8} {'p50 ms':>8} {'p99 ms':>8} {'target ms':>10} "
-          f"{'p50/target':>10} {'p50/gradient':>12} {'first s':>8}")
-    for n, target in ((16, None), (158, 1.0), (2048, 10.0)):
-        for compile in (False, True):
-            t, first = decision_latency(n, iterations, compile)
-            p50, p99 = np.percentile(t * 1e3, [50, 99])
-            ratio = f"{p50 / target:10.2f}" if target else f"{'-':>10}"
-            print(f"{n:6d} {'compiled' if compile else 'eager':>8} {p50:8.3f} {p99:8.3f} "
-                  f"{target or '-':>10} {ratio} {p50 / 1e3 / grad:12.4f} {first:8.1f}")
+    print(f"{'policy':>14} {'n':>6} {'filter':>8} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'target ms':>10} {'p50/target':>10} {'p50/gradient':>12} {'first s':>8}")
+    for policy in LATENCY_POLICIES:
+        for n, target in ((16, None), (158, 1.0), (2048, 10.0)):
+            for compile in (False, True):
+                t, first = decision_latency(policy, n, iterations, compile)
+                p50, p99 = np.percentile(t * 1e3, [50, 99])
+                ratio = f"{p50 / target:10.2f}" if target else f"{'-':>10}"
+                print(f"{policy:>14} {n:6d} {'compiled' if compile else 'eager':>8} "
+                      f"{p50:8.3f} {p99:8.3f} {target or '-':>10} {ratio} "
+                      f"{p50 / 1e3 / grad:12.4f} {first:8.1f}")
     T = 128 if args.quick else 512
     cfg = dataclasses.asdict(CFG)
     print(f"training, one epoch of T = {T} iterations (chunk {cfg['chunk']}, "

@@ -38,6 +38,7 @@ class ModelPredictor:
             self.state = model.initial_state(1)
             self.parts = model.parts()
         self.cached: torch.Tensor | None = None  # this iteration's draws, once drawn
+        self.expected: np.ndarray | None = None  # and their sorted mean
 
     @torch.inference_mode()
     def observe(self, obs: Observation) -> None:
@@ -47,12 +48,13 @@ class ModelPredictor:
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
         self.state = self.step(self.state, x[None], censored[None], self.parts)
-        self.cached = None
+        self.cached = self.expected = None
 
     @torch.inference_mode()
     def draws(self) -> torch.Tensor:
         """S joint draws of x_{t+1} (S, n), in seconds (``RuntimeModel.draws``); the same draws
-        until the next observation, so a forecast and its score read one sample."""
+        until the next observation, so a forecast and the averaging's score of it read one
+        sample."""
         if self.cached is None:
             v = self.model.draws(self.state, self.samples, self.generator, self.parts)
             self.cached = self.model.emitter.unspace(v) * self.model.scale_s
@@ -60,5 +62,7 @@ class ModelPredictor:
 
     def expected_order_stats(self) -> np.ndarray:
         """E[x_(c)], c = 1..n, in seconds: the mean of the sorted joint draws."""
-        # numpy's vectorised sort is several times faster than torch.sort on one core
-        return np.sort(self.draws().numpy(), axis=-1).mean(0, dtype=np.float64)
+        if self.expected is None:
+            # numpy's vectorised sort is several times faster than torch.sort on one core
+            self.expected = np.sort(self.draws().numpy(), axis=-1).mean(0, dtype=np.float64)
+        return self.expected

@@ -194,10 +194,12 @@ class PerWorkerLevel:
         self.residuals = np.zeros((window, n_workers))  # a ring buffer of the last W vectors
         self.count = 0  # residual vectors seen
         self.ready = min(window, MIN_RESIDUALS)
+        self.expected: np.ndarray | None = None  # the forecast, until the next observation
 
     def observe(self, obs: Observation) -> None:
         # accepted: the log run-time; cut: log tau, the lower bound
         y = np.log(np.where(obs.accepted, obs.runtimes, obs.cutoff_time))
+        self.expected = None
         if self.level is None:
             self.level = y  # a cut worker starts at its lower bound
             return
@@ -215,7 +217,9 @@ class PerWorkerLevel:
 
     def expected_order_stats(self) -> np.ndarray | None:
         draws = self.log_draws()
-        return None if draws is None else np.sort(np.exp(draws), axis=1).mean(axis=0)
+        if self.expected is None and draws is not None:
+            self.expected = np.sort(np.exp(draws), axis=1).mean(axis=0)
+        return self.expected
 
 
 class TruthPredictor:
