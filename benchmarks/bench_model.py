@@ -33,8 +33,8 @@ from bdsgd.tasks import _small_vgg
 _CONFIG = from_dict({"experiment": "bench", "traces": {"t": {"source": "simulate"}},
                      "train": {"trace": "t", "tasks": ["digits"]}})
 CFG, POLICIES = _CONFIG.model, _CONFIG.policies
-# the model alone, and averaged with ewma, persist and ecdf (policies.averaging)
-LATENCY_POLICIES = ("bdsgd", "bdsgd-averaged")
+# the model alone, and averaged with simple predictors (policies.averaging)
+LATENCY_POLICIES = ("bdsgd-model", "bdsgd")
 
 
 def decision_latency(policy: str, n: int, iterations: int,

@@ -48,7 +48,7 @@ SCENARIOS = ("calm", "emerging-straggler", "node-contention", "load-shift", "mix
              "data-dependent", "heterogeneous", "calm-spikes")
 TRACES = (*SCENARIOS, "pai-job1", "pai-job2")
 POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd",
-            "bdsgd-averaged", "explore-bdsgd", "oracle-myopic", "async"]
+            "bdsgd-model", "explore-bdsgd", "oracle-myopic", "async"]
 # the causal baselines bdsgd is measured against: the pooled ones and the per-worker ewma and
 # persist, which tell workers apart
 BASELINES = ("sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist")

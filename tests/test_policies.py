@@ -57,7 +57,7 @@ class Regimes:
         return base * rng.uniform(0.95, 1.05, (n_samples, self.n))
 
 
-CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd", "bdsgd-averaged",
+CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd", "bdsgd-model",
           "bayes",
           "explore-elfving", "explore-ecdf", "explore-bandit", "explore-ewma", "explore-persist",
           "explore-bdsgd"]

@@ -43,7 +43,7 @@ POLICY_COLOURS = {
     "ewma": "#b8860b",  # the per-worker simple baselines: dark goldenrod, teal green
     "persist": "#1b9e77",
     "bdsgd": "#d62728",  # red: the method of the paper
-    "bdsgd-averaged": "#ff9896",  # light red: its model averaged with simple predictors
+    "bdsgd-model": "#ff9896",  # light red: the run-time model alone, without the averaging
     "bayes": "#e377c2",
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#2ca02c",

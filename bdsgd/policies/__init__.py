@@ -1,9 +1,10 @@
 """Cutoff policies: the registry. ``spec`` says what a policy needs, ``make_policy`` builds it.
 
-Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model) and
-bdsgd-averaged (the model averaged with simple predictors: ``policies.averaging``), both needing a
-run-time model, bayes (needs the simulator's truth), oracle and oracle-myopic (need the future
-run-times: references only), and explore-<name> around any causal one. ``async`` and ``cyclic``
+Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model averaged
+with simple predictors, ``policies.averaging``) and bdsgd-model (the model alone, the paper's
+BDSGD), both needing a run-time model, bayes (needs the simulator's truth), oracle and
+oracle-myopic (need the future run-times: references only), and explore-<name> around any
+causal one. ``async`` and ``cyclic``
 are training modes, not cutoff policies (``MODES``; the throughput stage's async:
 ``bdsgd.throughput.asynchronous``). The CLI, the trainers and the workflow ask ``spec`` and
 nothing else whether a policy needs a model, the truth or a warm-up history.
@@ -46,7 +47,7 @@ SPECS = {
     "ewma": Spec(predictive=True, learns=True),
     "persist": Spec(predictive=True, learns=True),
     "bdsgd": Spec(predictive=True, learns=True, needs_model=True),
-    "bdsgd-averaged": Spec(predictive=True, learns=True, needs_model=True),
+    "bdsgd-model": Spec(predictive=True, learns=True, needs_model=True),
     # bayes knows the true state already: a history has nothing to teach it
     "bayes": Spec(predictive=True, needs_truth=True),
     "oracle": Spec(needs_future=True),
@@ -78,7 +79,7 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
                 batch: int = 1, lr_scaling: str = "linear"):
     """Build policy ``name`` for n workers. ``rule`` None means ``cfg.rule``. ``runtimes`` (T, n)
     is the future, for the oracles only (replayed cyclically); ``model`` a loaded run-time model
-    (bdsgd); ``truth`` the simulator's latent state (bayes), whose iteration ``offset`` is the
+    (bdsgd, bdsgd-model); ``truth`` the simulator's latent state (bayes), whose iteration ``offset`` is the
     first one replayed. ``objective`` (train.objective) and ``batch`` (samples per worker) are
     for the predictive policies (bdsgd.policies.progress); the others ignore them."""
     # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
@@ -142,7 +143,7 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
     from bdsgd.policies.bdsgd import ModelPredictor
 
     predictor = ModelPredictor(model, seed=seed, compile=cfg.compile)
-    if name == "bdsgd":
+    if name == "bdsgd-model":
         return predictor
     simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
     return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)

@@ -1,5 +1,6 @@
-"""bdsgd's averaging: the run-time model's forecast averaged with simple per-worker and pooled
-predictors, weighted by how well each forecast what the decision reads.
+"""bdsgd's predictor: the run-time model's forecast averaged with simple per-worker and pooled
+predictors, weighted by how well each forecast what the decision reads (bdsgd-model is the model
+alone).
 
 A learnt joint model wins where the cluster has structure it learnt (contended nodes, stalls
 that persist, a straggler that comes and goes), and loses where the cluster is unlike its

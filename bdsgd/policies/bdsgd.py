@@ -1,4 +1,5 @@
-"""The bdsgd policy's predictor: the run-time model as a ``Predictor`` (Teng & Wood 2018).
+"""The run-time model as a ``Predictor`` (Teng & Wood 2018): bdsgd-model's whole forecast, and
+the model's part of bdsgd's (``averaging``).
 
 The model (``bdsgd.runtime_model``) filters the censored observations into a posterior over the
 cluster's latent state and draws the next iteration's joint run-times; this adapter turns those
