@@ -216,8 +216,9 @@ def main() -> None:
     lines = ["| trace | policy | ratio / oracle | rate / oracle | best / bayes |",
              "| --- | --- | ---: | ---: | ---: |"]
     margins = ["| trace | seeds | strongest baseline | bdsgd minus it, pt [95 %] | "
-               "bayes minus it, pt [95 %] | of that gap, bdsgd wins |",
-               "| --- | ---: | --- | --- | --- | ---: |"]
+               "bdsgd-model minus it, pt [95 %] | bayes minus it, pt [95 %] | "
+               "of that gap, bdsgd wins |",
+               "| --- | ---: | --- | --- | --- | --- | ---: |"]
     for name, runs in results.items():
         bayes = [max(rows[f"bayes/{r}"]["gradients_per_s"] for r in ("ratio", "rate"))
                  for rows, _ in runs] if "bayes/rate" in runs[0][0] else None
@@ -231,6 +232,8 @@ def main() -> None:
             lines.append(f"| {name} | {policy} | {text[0]} | {text[1]} | {rel} |")
         found = [margin(runs, "bdsgd", b, args.seeds[0]) for b in BASELINES if b in runs[0][0]]
         best, *ours = min(found, key=lambda m: m[1])
+        alone = (interval(*margin(runs, "bdsgd-model", best.split("/")[0], args.seeds[0])[1:])
+                 if "bdsgd-model" in runs[0][0] else "–")
         ceiling, share = "–", "–"
         if bayes is not None:
             gap = margin(runs, "bayes", best.split("/")[0], args.seeds[0])[1:]
@@ -238,12 +241,12 @@ def main() -> None:
             # what a learnt joint model can win over the strongest simple predictor: the gap
             # to the true dynamics (none where bayes does not beat the baseline)
             share = f"{ours[0] / gap[0]:.0%}" if gap[0] > 0 else "no gap"
-        margins.append(f"| {name} | {len(runs)} | {best} | {interval(*ours)} | {ceiling} | "
-                       f"{share} |")
+        margins.append(f"| {name} | {len(runs)} | {best} | {interval(*ours)} | {alone} | "
+                       f"{ceiling} | {share} |")
     print("\nMean over seeds, relative to oracle (best / bayes: the better rule of each)\n")
     print("\n".join(lines))
-    print("\nbdsgd and bayes (default rule) against the strongest baseline (its better rule), "
-          "in points of the oracle's throughput\n")
+    print("\nbdsgd, bdsgd-model and bayes (default rule) against the strongest baseline (its "
+          "better rule), in points of the oracle's throughput\n")
     print("\n".join(margins))
 
 
