@@ -4,10 +4,10 @@ Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time m
 with simple predictors, ``policies.averaging``) and bdsgd-model (the model alone, the paper's
 BDSGD), both needing a run-time model, bayes (needs the simulator's truth), oracle and
 oracle-myopic (need the future run-times: references only), and explore-<name> around any
-causal one. ``async`` and ``cyclic``
-are training modes, not cutoff policies (``MODES``; the throughput stage's async:
-``bdsgd.throughput.asynchronous``). The CLI, the trainers and the workflow ask ``spec`` and
-nothing else whether a policy needs a model, the truth or a warm-up history.
+causal one. ``async`` and ``cyclic`` are training modes, not cutoff policies (``MODES``; the
+throughput stage's async: ``bdsgd.throughput.asynchronous``). The CLI, the trainers and the
+workflow ask ``spec`` and nothing else whether a policy needs a model, the truth or a warm-up
+history.
 """
 
 from __future__ import annotations
@@ -79,9 +79,10 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
                 batch: int = 1, lr_scaling: str = "linear"):
     """Build policy ``name`` for n workers. ``rule`` None means ``cfg.rule``. ``runtimes`` (T, n)
     is the future, for the oracles only (replayed cyclically); ``model`` a loaded run-time model
-    (bdsgd, bdsgd-model); ``truth`` the simulator's latent state (bayes), whose iteration ``offset`` is the
-    first one replayed. ``objective`` (train.objective) and ``batch`` (samples per worker) are
-    for the predictive policies (bdsgd.policies.progress); the others ignore them."""
+    (bdsgd, bdsgd-model); ``truth`` the simulator's latent state (bayes), whose iteration
+    ``offset`` is the first one replayed. ``objective`` (train.objective) and ``batch`` (samples
+    per worker) are for the predictive policies (bdsgd.policies.progress); the others ignore
+    them."""
     # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
     # and every workflow parse read the registry only.
     import numpy as np
