@@ -73,9 +73,13 @@ class Averaged:
 
     @property
     def weights(self) -> dict[str, float]:
-        names = list(self.log_w)
-        w = np.exp(np.array([self.log_w[k] for k in names]) - max(self.log_w.values()))
-        return dict(zip(names, w / w.sum(), strict=True))
+        return dict(zip(self.log_w, self._normalised(self.log_w), strict=True))
+
+    def _normalised(self, names) -> np.ndarray:
+        """The posterior weights of ``names`` renormalised among them."""
+        log_w = np.array([self.log_w[k] for k in names])
+        w = np.exp(log_w - log_w.max())
+        return w / w.sum()
 
     def observe(self, obs: Observation) -> None:
         # score each forecast made before this observation, then let the components learn from it
@@ -92,5 +96,4 @@ class Averaged:
                  if (e := c.expected_order_stats()) is not None}
         if not ready:
             return None
-        w = np.exp(np.array([self.log_w[k] for k in ready]) - max(self.log_w[k] for k in ready))
-        return (w / w.sum()) @ np.array(list(ready.values()))
+        return self._normalised(ready) @ np.array(list(ready.values()))
