@@ -18,12 +18,26 @@ if "train" not in config:  # the schema lets a stage's own config leave it out, 
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/config.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/runtime_model.smk"
 include: "workflow/rules/throughput.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/distributed.smk"
 include: "workflow/rules/figures.smk"
+
+
+# What every wildcard may be, in one place: each names something in the config (stage: a stage of
+# bdsgd.config.STAGE_READS; name: its instance). A rule's own wildcard_constraints only pick, of
+# the traces, those of the sources it makes.
+wildcard_constraints:
+    trace=one_of(config["traces"]),
+    task=one_of(TRAIN["tasks"]),
+    policy=one_of(TRAIN["policies"]),
+    seed=r"\d+",
+    job=one_of(DIST),
+    stage=one_of(STAGES),
+    name="[^/]+",
 
 
 rule all:

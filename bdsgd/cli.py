@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from bdsgd.errors import Stopped, UserError
+from bdsgd.config import TASKS
+from bdsgd.errors import UserError, run_entry_point
 from bdsgd.policies import RULES, SPECS
 
 
@@ -61,7 +62,7 @@ def cmd_traces_simulate(args):
     from bdsgd.traces.io import write_trace
     from bdsgd.traces.simulate import simulate, truth_path, write_truth
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, stage="simulate_trace")
     name = _config_name(cfg, args.name, "simulate")
     seed = cfg.seed if args.seed is None else args.seed
     trace, truth = simulate(cfg.trace(name).simulate, seed=seed)
@@ -76,7 +77,7 @@ def cmd_traces_gather(args):
     from bdsgd.config import load_config
     from bdsgd.traces.gather import gather
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, stage="gather_trace")
     name = _config_name(cfg, args.name, "gather")
     gcfg = cfg.trace(name).gather
     gather(gcfg, data_dir=args.data_dir or cfg.training().data_dir, seed=cfg.seed, out=args.out,
@@ -104,20 +105,12 @@ def cmd_traces_plot(args):
 
 
 def cmd_traces_split(args):
-    from bdsgd.traces.io import read_trace, write_trace
-    from bdsgd.traces.simulate import read_truth, truth_path, write_truth
+    from bdsgd.traces.io import read_trace, write_split
+    from bdsgd.traces.simulate import read_truth, truth_path
 
-    trace = read_trace(args.trace)
-    if trace.n_iterations < 2:
-        raise UserError(args.trace, "iteration", "a trace needs at least 2 iterations to split")
-    train, test = trace.split(args.train_fraction)
-    # A simulated trace's latent state goes with both parts (the bayes reference reads it; the
-    # parts' metadata record their offset into it).
-    truth = truth_path(args.trace)
-    for part, out in ((train, args.train), (test, args.test)):
-        if truth.exists():
-            write_truth(read_truth(truth), truth_path(out))
-        write_trace(part, out)
+    sidecar = truth_path(args.trace)
+    train, test = write_split(read_trace(args.trace), args.train_fraction, args.train, args.test,
+                              read_truth(sidecar) if sidecar.exists() else None, args.trace)
     print(f"split {args.trace}: {train.n_iterations} iterations -> {args.train}, "
           f"{test.n_iterations} -> {args.test}")
 
@@ -131,7 +124,7 @@ def cmd_model_train(args):
     from bdsgd.traces.io import read_trace
 
     trace = read_trace(args.trace)
-    cfg = load_config(args.config) if args.config else default_config()
+    cfg = load_config(args.config, stage="train_model") if args.config else default_config()
     mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
     seed = cfg.seed if args.seed is None else args.seed
     train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
@@ -140,17 +133,17 @@ def cmd_model_train(args):
 
 def cmd_model_evaluate(args):
     from bdsgd.config import default_config, load_config
+    from bdsgd.evaluation import evaluate_model
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
     from bdsgd.runtime_model.checkpoint import load_model
-    from bdsgd.throughput import evaluate_model
     from bdsgd.traces.io import read_trace
 
-    cfg = load_config(args.config) if args.config else None
+    cfg = load_config(args.config, stage="evaluate_model") if args.config else None
     rule = args.rule or (cfg or default_config()).policies.rule
     result, predictions = evaluate_model(
         load_model(args.model), read_trace(args.trace), rule=rule, seed=args.seed,
-        comm_s=cfg.throughput.comm_s if cfg else 0.0, policies=cfg.policies if cfg else None)
+        comm_s=cfg.throughput.comm_s if cfg else 0.0, cfg=cfg, model_path=args.model)
     if args.json:
         write_json(args.json, {**result, "provenance": stamp(cfg, args.seed, model=args.model,
                                                               trace=args.trace)})
@@ -173,7 +166,7 @@ def cmd_throughput(args):
     from bdsgd.config import load_config
     from bdsgd.throughput import run_benchmark
 
-    cfg = load_config(args.config) if args.config else None
+    cfg = load_config(args.config, stage="throughput") if args.config else None
     run_benchmark(
         trace_path=args.trace, policies=[p for p in args.policies.split(",") if p],
         model_path=args.model, rule=args.rule, comm_s=args.comm_s, json_out=args.json,
@@ -184,9 +177,9 @@ def cmd_throughput(args):
 # ----------------------------------------------------------------------------------- train
 def cmd_train(args):
     from bdsgd.config import load_config
-    from bdsgd.training.virtual import train_run
+    from bdsgd.training import train_run
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, stage="train")
     train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
               out_dir=args.out, model_path=args.model, history_path=args.history)
 
@@ -247,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = tsub.add_parser("plot", help="run-time CDFs, iteration x worker heat map, CoV over time")
     p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
     p.add_argument("--name", help="prefix of the figure files (default: the trace file's stem)")
-    p.add_argument("--out", required=True, help="folder for <name>_runtime_cdf.png, "
-                                                "<name>_heatmap.png and <name>_cov.png")
+    p.add_argument("--out", required=True, help="folder for <name>_runtime_cdf, <name>_heatmap "
+                                                "and <name>_cov, each as .png and .pdf")
     p.set_defaults(func=cmd_traces_plot)
 
     p = tsub.add_parser("split", help="cut a trace in time into a training and a test part")
@@ -315,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     # train
     p = sub.add_parser("train", help="one convergence run on the virtual cluster")
     p.add_argument("--config", required=True, help="experiment config (YAML)")
-    p.add_argument("--task", required=True, choices=["digits", "mnist", "cifar10", "imagenet"],
+    p.add_argument("--task", required=True, choices=TASKS,
                    help="data set and network")
     p.add_argument("--policy", required=True,
                    help="cutoff policy (see 'bdsgd throughput --help'), or a training mode: async "
@@ -337,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, required=True, help="N worker processes (plus a server)")
     p.add_argument("--policy", required=True, help="cutoff policy (see 'bdsgd throughput --help')")
     p.add_argument("--iterations", type=int, required=True, help="iterations to train")
-    p.add_argument("--task", default="digits", choices=["digits", "mnist", "cifar10", "imagenet"],
+    p.add_argument("--task", default="digits", choices=TASKS,
                    help="data set and network")
     p.add_argument("--config", help="experiment config: train: and policies: (default: defaults)")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
@@ -369,15 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except UserError as exc:
-        print(f"bdsgd: error: {exc}", file=sys.stderr)
-        return 2
-    except Stopped as exc:
-        print(f"bdsgd: {exc}", file=sys.stderr)
-        return 128 + exc.signum
-    return 0
+    return run_entry_point(lambda: args.func(args))
 
 
 if __name__ == "__main__":

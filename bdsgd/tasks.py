@@ -10,9 +10,12 @@
 
 Every network normalises with GroupNorm, not BatchNorm: a sample's gradient then depends on
 that sample alone, so the average of c workers' mini-batch gradients is exactly the gradient of
-one forward/backward pass over the union of their mini-batches (``bdsgd.training.virtual``
+one forward/backward pass over the union of their mini-batches (``bdsgd.training.synchronous``
 relies on this). With BatchNorm the union would share batch statistics across workers, which
 no real cluster does.
+
+``WorkerStreams`` deals a task's training set out to n workers, the same way for the virtual
+trainers, the parameter server's workers and the trace gatherer.
 
 Nothing is downloaded: a missing data set is a one-line error that says where it was expected.
 Small data sets are decoded once into tensors so that a virtual cluster of many workers can draw
@@ -30,9 +33,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
+from bdsgd.config import TASKS
 from bdsgd.errors import UserError
-
-TASKS = ("digits", "mnist", "cifar10", "imagenet")
 
 
 @dataclass
@@ -162,3 +164,31 @@ def load_task(name: str, data_dir: str | Path) -> Task:
     if name not in loaders:
         raise UserError("--task", "task", f"unknown task {name!r}; choose from {', '.join(TASKS)}")
     return loaders[name]()
+
+
+class WorkerStreams:
+    """The mini-batch sample indices of every worker at every iteration.
+
+    Epoch e = t // K (K = batches per epoch) draws a permutation of the N training samples from
+    the seed (seed, e); worker w's shard is every n-th of its first n * floor(N/n) entries, and
+    its batch at iteration t is the (t mod K)-th block of B consecutive shard entries.
+    """
+
+    def __init__(self, n_samples: int, n_workers: int, batch_size: int, seed: int):
+        self.n_samples, self.n, self.batch_size, self.seed = n_samples, n_workers, batch_size, seed
+        self.shard = n_samples // n_workers
+        self.per_epoch = self.shard // batch_size
+        if self.per_epoch < 1:
+            raise ValueError(f"{n_workers} workers x {batch_size} samples per worker exceed the "
+                             f"{n_samples} training samples")
+        self._epoch, self._table = -1, np.empty((0, n_workers), dtype=np.int64)
+
+    def batch(self, t: int, workers: np.ndarray) -> np.ndarray:
+        """Indices of the given workers' mini-batches at iteration t, grouped by worker."""
+        epoch, k = divmod(t, self.per_epoch)
+        if epoch != self._epoch:
+            perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_samples)
+            self._epoch = epoch
+            self._table = perm[: self.shard * self.n].reshape(self.shard, self.n)
+        block = self._table[k * self.batch_size:(k + 1) * self.batch_size]
+        return block[:, workers].T.ravel()

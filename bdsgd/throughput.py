@@ -6,44 +6,32 @@ only the cutoff time (censored). The loop is the server's (``bdsgd.server.replay
 
 Throughput = sum_t c_t / sum_t (x_t,(c_t) + comm), computed by ``bdsgd.cutoff.throughput``
 and nowhere else. ``run_benchmark`` (``bdsgd throughput``) replays every policy and writes the
-table, relative to the exact hindsight optimum, and the per-iteration decisions.
+table, relative to the exact hindsight optimum, and the per-iteration decisions. The ``async``
+row is the asynchronous schedule's (``bdsgd.schedules.async_reference``), the one the async
+trainer runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bdsgd.config import PoliciesConfig, default_config
-from bdsgd.cutoff import hindsight_optimum, throughput
+from bdsgd.config import default_config
+from bdsgd.cutoff import hindsight_optimum
 from bdsgd.errors import UserError
-from bdsgd.policies import RULES, is_known, make_policy, spec
+from bdsgd.loop import Replay, replay
+from bdsgd.policies import RULES, is_known, spec
 from bdsgd.policies.base import Policy
-from bdsgd.server import Replay, load_needs, read_history, replay, require_complete, warm_up
+from bdsgd.policies.build import build_policy, load_inputs
+from bdsgd.schedules import async_reference
+from bdsgd.traces.io import read_history, require_complete
 from bdsgd.traces.schema import Trace
 
-
-def asynchronous(runtimes: np.ndarray, comm_s: float = 0.0) -> dict[str, float]:
-    """Asynchronous SGD on the trace, a reference: every gradient is applied when it arrives.
-
-    Worker w computes back to back, its k-th gradient taking x_k,w + comm, so it arrives at
-    a_k,w = sum_(j<=k) (x_j,w + comm) and was started at a_(k-1),w. Over the horizon
-    H = min_w a_(T-1),w (every worker still has trace left) it applies #{a <= H} gradients.
-    A gradient's staleness is the number of updates applied between its start and its arrival.
-    """
-    arrival = np.cumsum(runtimes + comm_s, axis=0)  # (T, n)
-    start = np.vstack([np.zeros((1, runtimes.shape[1])), arrival[:-1]])
-    horizon = arrival[-1].min()
-    done = arrival <= horizon
-    updates = np.sort(arrival[done])
-    staleness = (np.searchsorted(updates, arrival[done], side="left")
-                 - np.searchsorted(updates, start[done], side="right"))
-    return {"gradients_per_s": float(done.sum() / horizon),
-            "mean_staleness": float(staleness.mean()), "max_staleness": int(staleness.max())}
+logger = logging.getLogger(__name__)
 
 
 def _row(run: Replay, oracle_rate: float, rule: str | None) -> dict:
@@ -101,9 +89,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     trace_path = str(trace_path)
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
-    model, truth = load_needs([p for p in policies if p != "async"], trace_path, model_path)
+    inputs = load_inputs([p for p in policies if p != "async"], trace_path, model_path)
     history = read_history(history_path, trace, trace_path)
-    offset = int((trace.meta.get("slice") or [0])[0])
 
     sorted_x = np.sort(trace.runtimes, axis=1)
     _, oracle_rate = hindsight_optimum(sorted_x, comm_s)
@@ -111,10 +98,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
 
     def run(name: str, r: str | None) -> tuple[Replay, Policy]:
         if (name, r) not in runs:
-            policy = make_policy(name, trace.n_workers, pcfg, rule=r, seed=seed, comm_s=comm_s,
-                                 runtimes=trace.runtimes, model=model, truth=truth, offset=offset)
-            if history is not None and spec(name).learns:
-                warm_up(policy, history, comm_s)
+            policy = build_policy(name, resolved, seed=seed, n_workers=trace.n_workers, trace=trace,
+                                  inputs=inputs, history=history, comm_s=comm_s, rule=r)
             runs[name, r] = replay(trace, policy, comm_s), policy
         return runs[name, r]
 
@@ -130,7 +115,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     table: dict[str, dict] = {}
     for name in policies:
         if name == "async":
-            table[name] = {**asynchronous(trace.runtimes, comm_s), "mean_cutoff": 1.0,
+            table[name] = {**async_reference(trace.runtimes, comm_s), "mean_cutoff": 1.0,
                            "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
                            "rule": None,
                            "note": "reference: applies every gradient, one at a time, ignoring "
@@ -155,28 +140,28 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     if decisions_out:
         decisions = _decisions(table, runs, trace, policies, default_rule, rule)
         write_with(decisions_out, lambda tmp: pq.write_table(decisions, tmp))
-    print(format_table(result))
+    logger.info(format_table(result))
     return result
 
 
 def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], default_rule: str,
                rule: str | None) -> pa.Table:
     """Long table (policy, iteration, cutoff, duration_s, cutoff_time_s), one row per decision."""
-    parts = []
+    replays = []
     for name in table:
         if name == "async":
             continue
         base, _, r = name.partition("/")
         r = r or (default_rule if spec(base).predictive else None)
         result, _ = runs[base, r]
-        parts.append((name, result))
+        replays.append((name, result))
     T = trace.n_iterations
     return pa.table({
-        "policy": pa.array([name for name, _ in parts for _ in range(T)], pa.string()),
-        "iteration": pa.array(np.tile(trace.iterations, len(parts)), pa.int64()),
-        "cutoff": pa.array(np.concatenate([r.cutoffs for _, r in parts]), pa.int64()),
-        "duration_s": pa.array(np.concatenate([r.durations for _, r in parts]), pa.float64()),
-        "cutoff_time_s": pa.array(np.concatenate([r.cutoff_times for _, r in parts]),
+        "policy": pa.array([name for name, _ in replays for _ in range(T)], pa.string()),
+        "iteration": pa.array(np.tile(trace.iterations, len(replays)), pa.int64()),
+        "cutoff": pa.array(np.concatenate([r.cutoffs for _, r in replays]), pa.int64()),
+        "duration_s": pa.array(np.concatenate([r.durations for _, r in replays]), pa.float64()),
+        "cutoff_time_s": pa.array(np.concatenate([r.cutoff_times for _, r in replays]),
                                   pa.float64()),
     })
 
@@ -197,35 +182,3 @@ def format_table(result: dict) -> str:
         a = result["policies"]["async"]
         lines.append(f"async: mean staleness {a['mean_staleness']:.2f} updates; {a['note']}")
     return "\n".join(lines)
-
-
-def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0, comm_s: float = 0.0,
-                   policies: PoliciesConfig | None = None) -> tuple[dict, pd.DataFrame]:
-    """A trained run-time model on a held-out trace (``bdsgd model evaluate``): as a forecaster
-    (``runtime_model.evaluate.forecast_metrics``, filtering on full observations) and in its
-    real deployment, the ``bdsgd`` policy replaying the trace and filtering only on the censored
-    observations its own cutoffs produce, its throughput divided by the hindsight oracle's.
-    Returns the metrics (JSON-able) and the per-iteration predictions."""
-    from bdsgd.runtime_model.evaluate import forecast_metrics
-
-    result, predictions = forecast_metrics(model, trace, model.config.samples, seed)
-    policies = policies or default_config().policies
-    policy = make_policy("bdsgd", trace.n_workers, policies, rule=rule, seed=seed, comm_s=comm_s,
-                         model=model)
-    run = replay(trace, policy, comm_s)
-    sorted_x = np.sort(trace.runtimes, axis=1)
-    _, oracle_rate = hindsight_optimum(sorted_x, comm_s)
-    sync_rate = throughput(sorted_x, np.full(len(sorted_x), trace.n_workers), comm_s)
-    result.update({
-        "throughput_relative_to_oracle": run.gradients_per_s / oracle_rate,
-        "throughput_gradients_per_s": run.gradients_per_s,
-        "oracle_gradients_per_s": oracle_rate,
-        "sync_relative_to_oracle": float(sync_rate / oracle_rate),
-        "mean_cutoff": float(run.cutoffs.mean()),
-        "decision_ms_p50": float(np.median(run.decision_ns) / 1e6),
-        "rule": rule, "n_workers": trace.n_workers, "iterations": trace.n_iterations,
-        "emission": model.config.emission, "censoring": model.config.censoring,
-        "forecast_filtered_on": "full observations",
-        "policy_filtered_on": "censored observations of its own cutoffs",
-    })
-    return result, predictions

@@ -4,7 +4,7 @@ Two questions, answered side by side in one run on this machine (gloo, CPU):
 
 1. Fidelity of the virtual clock. Each policy (sync, static, and optionally ecdf and bandit)
    trains for real with a 5x straggler under ``--late finish``, so that the server records the
-   straggler's late run-times. The same policy is then replayed (``bdsgd.server.replay``) on three
+   straggler's late run-times. The same policy is then replayed (``bdsgd.loop.replay``) on three
    traces: the run's own recorded trace, whose still-censored entries (the iterations whose
    parameters the busy straggler never received, and the last iterations) are set to their lower
    bound, the cutoff time (exact wherever the replay makes the run's decisions: a censored worker
@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -59,6 +61,7 @@ def parse_args() -> argparse.Namespace:
                    help="vector sizes (parameters) of the message benchmark, beside the model's")
     p.add_argument("--out", help="folder for the runs' JSON, metrics and traces (default: a new "
                                  "temporary folder, printed)")
+    add_option(p)
     return p.parse_args()
 
 
@@ -108,8 +111,7 @@ def _ddp_phase(args, rank: int, group, straggler: bool, delay_s: float,
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
-    from bdsgd.tasks import load_task
-    from bdsgd.training.common import WorkerStreams
+    from bdsgd.tasks import WorkerStreams, load_task
 
     if rank == 0:
         dist.barrier()
@@ -237,8 +239,7 @@ def compute_per_gradient(batch: int, n: int) -> tuple[float, int]:
     import torch
     import torch.nn.functional as F
 
-    from bdsgd.tasks import load_task
-    from bdsgd.training.common import WorkerStreams
+    from bdsgd.tasks import WorkerStreams, load_task
 
     torch.set_num_threads(1)
     data = load_task("digits", "data")
@@ -262,8 +263,8 @@ def virtual(name: str, trace, cfg, n: int, batch: int, comm_s: float = 0.0):
 
     import numpy as np
 
-    from bdsgd.policies import make_policy
-    from bdsgd.server import replay
+    from bdsgd.loop import replay
+    from bdsgd.policies.build import make_policy
 
     censored = int(trace.censored.sum())
     complete = dataclasses.replace(trace, censored=np.zeros_like(trace.censored))
@@ -274,9 +275,14 @@ def virtual(name: str, trace, cfg, n: int, batch: int, comm_s: float = 0.0):
 
 def main() -> None:
     args = parse_args()
-    n, K = args.workers, args.iterations
-    if args.warmup >= K:
+    if args.warmup >= args.iterations:
         sys.exit("--iterations must exceed --warmup")
+    with recorded(args.results, __file__):
+        bench(args)
+
+
+def bench(args) -> None:
+    n, K = args.workers, args.iterations
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_distributed_"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(json.dumps({

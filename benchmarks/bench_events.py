@@ -1,8 +1,8 @@
 """Cost of the asynchronous and cyclic modes' event schedules per applied gradient (goal: far
 below one gradient's computation, and below a loop over every gradient's finish event).
 
-Side by side at 32 workers: the schedules the trainers use (``asynchronous.schedule``: n
-running sums merged; ``cyclic.schedule``: a loop over the token's visits) against a per-event
+Side by side at 32 workers: the schedules the trainers use (``bdsgd.schedules.async_schedule``: n
+running sums merged; ``cyclic_schedule``: a loop over the token's visits) against a per-event
 Python loop over every gradient's finish (a heap of finish events), which also checks them: both
 must give the same updates. It prints the time per applied gradient of each and their ratio, on
 a calm cluster and on one with a worker 10x slower.
@@ -17,8 +17,9 @@ import heapq
 import time
 
 import numpy as np
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
-from bdsgd.training import asynchronous, cyclic
+from bdsgd.schedules import async_schedule, cyclic_schedule
 
 
 def async_per_event(runtimes: np.ndarray, comm_s: float, n_updates: int):
@@ -83,7 +84,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2000,
                         help="synchronous-equivalent iterations: n x this many gradients applied")
     parser.add_argument("--comm-s", type=float, default=0.01, help="communication time (s)")
+    add_option(parser)
     args = parser.parse_args()
+    with recorded(args.results, __file__):
+        bench(args)
+
+
+def bench(args) -> None:
     n, K = args.workers, args.iterations
     rng = np.random.default_rng(0)
     calm = rng.lognormal(0.0, 0.2, (500, n))
@@ -91,11 +98,11 @@ def main() -> None:
     straggler[:, 0] *= 10.0
     total = n * K
     for name, runtimes in (("calm", calm), ("a 10x straggler", straggler)):
-        vec_a, a = timed(lambda r=runtimes: asynchronous.schedule(r, args.comm_s, total))
+        vec_a, a = timed(lambda r=runtimes: async_schedule(r, args.comm_s, total))
         loop_a, ref_a = timed(lambda r=runtimes: async_per_event(r, args.comm_s, total))
         assert np.array_equal(a.worker, ref_a["worker"]) and np.array_equal(a.pull, ref_a["pull"])
         assert np.array_equal(a.staleness, ref_a["staleness"])
-        vec_c, c = timed(lambda r=runtimes: cyclic.schedule(r, args.comm_s, total))
+        vec_c, c = timed(lambda r=runtimes: cyclic_schedule(r, args.comm_s, total))
         loop_c, ref_c = timed(lambda r=runtimes: cyclic_per_event(r, args.comm_s, total))
         assert np.array_equal(c.worker, ref_c["worker"]) and np.array_equal(c.count, ref_c["count"])
         print(f"{n} workers, {total:,} gradients, {name}:")

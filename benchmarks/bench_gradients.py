@@ -2,7 +2,7 @@
 
 The virtual cluster averages c accepted workers' mini-batch gradients with forward/backward
 passes over the union of their mini-batches (exact: equal batch sizes, GroupNorm networks),
-in chunks of at most train.chunk_samples samples (``bdsgd.training.virtual.sgd_step``). This
+in chunks of at most train.chunk_samples samples (``bdsgd.training.synchronous.sgd_step``). This
 prints the time of one SGD step three ways for n = 4, 16, 64 accepted workers, on the digits MLP
 (real digits data) and on the CIFAR-10 CNN with random 32x32 tensors:
 
@@ -23,9 +23,10 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
+from bdsgd.sgd import sgd_step
 from bdsgd.tasks import _small_vgg, load_task
-from bdsgd.training.virtual import sgd_step
 
 
 def loop_step(model, optimizer, x, y, c, device):
@@ -63,7 +64,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="mini-batch per worker")
     parser.add_argument("--chunk", type=int, default=128, help="train.chunk_samples")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_option(parser)
     args = parser.parse_args()
+    with recorded(args.results, __file__):
+        bench(args)
+
+
+def bench(args) -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     digits = load_task("digits", "unused")

@@ -22,10 +22,11 @@ import time
 
 import numpy as np
 import torch
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.config import from_dict
 from bdsgd.cutoff import observation
-from bdsgd.policies import make_policy
+from bdsgd.policies.build import make_policy
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.train import elbo_term, run_epoch
 from bdsgd.tasks import _small_vgg
@@ -87,7 +88,13 @@ def epoch_times(n: int, T: int, compile: bool) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    add_option(parser)
     args = parser.parse_args()
+    with recorded(args.results, __file__):
+        bench(args)
+
+
+def bench(args) -> None:
     torch.set_num_threads(1)
     iterations = 50 if args.quick else 300
     grad = gradient_time(3 if args.quick else 10)

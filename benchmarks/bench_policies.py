@@ -18,10 +18,11 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 
 import numpy as np  # noqa: E402
+from results_md import add_option, recorded  # noqa: E402  (benchmarks/ is sys.path[0])
 
 from bdsgd.config import default_config  # noqa: E402
-from bdsgd.policies import make_policy  # noqa: E402
-from bdsgd.server import replay  # noqa: E402
+from bdsgd.loop import replay  # noqa: E402
+from bdsgd.policies.build import make_policy  # noqa: E402
 from bdsgd.traces.schema import from_arrays  # noqa: E402
 
 LATENCY_POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist",
@@ -68,9 +69,11 @@ def latency(sizes: list[int], T: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    add_option(parser)
     args = parser.parse_args()
     sizes = [16, 158, 512] if args.quick else [16, 64, 158, 512, 2048, 4096]
-    latency(sizes, T=40 if args.quick else 100)
+    with recorded(args.results, __file__):
+        latency(sizes, T=40 if args.quick else 100)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.config import SimulateConfig
 from bdsgd.traces.io import write_trace
@@ -35,7 +36,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1000)
     parser.add_argument("--iterations", type=int, default=10000)
     parser.add_argument("--scenario", default="mixed")
+    add_option(parser)
     args = parser.parse_args()
+    with recorded(args.results, __file__):
+        bench(args)
+
+
+def bench(args) -> None:
     n, T = args.workers, args.iterations
     cfg = SimulateConfig(scenario=args.scenario, workers=n, iterations=T)
 

@@ -51,15 +51,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from bench_gradients import seconds  # a sibling script: benchmarks/ is sys.path[0]
+from results_md import add_option, recorded
 
 from bdsgd.config import from_dict
+from bdsgd.devices import torch_settings
 from bdsgd.runtime_model.train import train_model
-from bdsgd.tasks import load_task
+from bdsgd.sgd import sgd_step
+from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.simulate import simulate
-from bdsgd.training import virtual
-from bdsgd.training.common import WorkerStreams, torch_settings
-from bdsgd.training.virtual import sgd_step, train_run
+from bdsgd.training import synchronous, train_run
 
 
 def learnable_images(rng, prototypes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +178,7 @@ def run(cfg, task: str, policy: str, paths: dict, out: Path, model_path):
     iteration (from the second iteration's end to the last's) and its warnings."""
     out.mkdir(parents=True, exist_ok=True)
     stamps: list[float] = []
-    virtual.sgd_step = timed_sgd_step(stamps)  # train_run calls the module's sgd_step
+    synchronous.sgd_step = timed_sgd_step(stamps)  # train_run calls the module's sgd_step
     try:
         with (open(out / "train.log", "w") as log, contextlib.redirect_stdout(log),
               contextlib.redirect_stderr(log), warnings.catch_warnings(record=True) as caught):
@@ -185,7 +186,7 @@ def run(cfg, task: str, policy: str, paths: dict, out: Path, model_path):
             train_run(cfg, task, policy, 0, paths["test"], out, model_path=model_path,
                       history_path=paths["train"])
     finally:
-        virtual.sgd_step = sgd_step
+        synchronous.sgd_step = sgd_step
     loop = (stamps[-1] - stamps[1]) / (len(stamps) - 2) if len(stamps) > 2 else float("nan")
     counts = Counter(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
     return json.loads((out / "result.json").read_text()), loop, counts
@@ -212,16 +213,22 @@ def main() -> None:
                         help="CPU threads (train.threads)")
     parser.add_argument("--lr", type=float, default=0.01,
                         help="learning rate at c = n (at 0.05, momentum 0.9, some runs on the "
-                             "synthetic MNIST collapsed to chance: see benchmarks/README.md)")
+                             "synthetic MNIST collapsed to chance: see docs/decisions.md)")
     parser.add_argument("--chunk", type=int, default=1024,
                         help="samples per forward/backward pass (train.chunk_samples; "
                              "configs/paper.yaml's 1,024)")
     parser.add_argument("--policies", nargs="+", default=["sync", "static", "bdsgd"],
                         help="cutoff policies to run")
     parser.add_argument("--out", default=None, help="folder for data and runs (default: temp)")
+    add_option(parser)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
+    with recorded(args.results, __file__):
+        bench(args)
+
+
+def bench(args) -> None:
     devices = [(args.device, args.iterations)]
     if args.device != "cpu" and args.cpu_iterations > 0:
         devices.append(("cpu", args.cpu_iterations))

@@ -1,7 +1,7 @@
 """The run-time model as a forecaster: emission families and censoring treatments, side by side.
 
-1. Emission (issue 13): for each trace, train a ``lognormal`` and a ``gaussian`` model on the
-   first half and score the second half with ``bdsgd.throughput.evaluate_model``: held-out
+1. Emission: for each trace, train a ``lognormal`` and a ``gaussian`` model on the
+   first half and score the second half with ``bdsgd.evaluation.evaluate_model``: held-out
    predictive log-likelihood per observation, coverage of the 50 % / 90 % intervals of every
    order statistic, and the throughput of the bdsgd policy relative to the oracle.
 2. Censoring bias: i.i.d. log-normal run-times (truth known), the slowest 40 % of every
@@ -22,13 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.config import from_dict
 from bdsgd.cutoff import observation
-from bdsgd.policies.bdsgd import ModelPredictor
+from bdsgd.evaluation import evaluate_model
+from bdsgd.policies.model_predictor import ModelPredictor
 from bdsgd.runtime_model.checkpoint import load_model
 from bdsgd.runtime_model.train import train_model
-from bdsgd.throughput import evaluate_model
 from bdsgd.traces.formats import import_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import SCENARIOS, simulate
@@ -97,12 +98,14 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=100, help="run-time model training epochs")
     parser.add_argument("--seed", type=int, default=0, help="seed of simulation and training")
     parser.add_argument("--out", default="benchmarks/out/quality", help="folder for the models")
+    add_option(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    emissions(args, out)
-    censoring_bias(args, out)
+    with recorded(args.results, __file__):
+        emissions(args, out)
+        censoring_bias(args, out)
 
 
 if __name__ == "__main__":

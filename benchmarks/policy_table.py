@@ -34,13 +34,14 @@ import numpy as np
 import pandas as pd
 import torch
 import yaml
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.config import from_dict
 from bdsgd.runtime_model.train import train_model
 from bdsgd.throughput import run_benchmark
 from bdsgd.traces.formats import import_trace
-from bdsgd.traces.io import write_trace
-from bdsgd.traces.simulate import simulate, truth_path, write_truth
+from bdsgd.traces.io import write_split
+from bdsgd.traces.simulate import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ITERATIONS = 500  # --epochs is for a training part this long
@@ -93,12 +94,8 @@ def measure(args, name: str, seed: int) -> tuple[dict, pd.DataFrame, str]:
         return rows["policies"], pd.read_parquet(decisions), f"{name} seed {seed}: read back"
     torch.set_num_threads(1)
     trace, truth, cfg = load(args, name, seed)
-    train, test = trace.split(0.5)
-    write_trace(test, f"{stem}_test.parquet")
-    write_trace(train, f"{stem}_train.parquet")
+    train, test = write_split(trace, 0.5, f"{stem}_train.parquet", f"{stem}_test.parquet", truth)
     policies = args.policies + (["bayes"] if truth is not None else [])
-    if truth is not None:
-        write_truth(truth, truth_path(f"{stem}_test.parquet"))
     start = time.perf_counter()
     # the same training compute (epochs x iterations) and Adam steps for every trace: a short
     # training part (the Alibaba jobs: 150 and 119 iterations) gets more epochs
@@ -199,6 +196,7 @@ def main() -> None:
                         help="traces to measure")
     parser.add_argument("--policies", nargs="+", default=POLICIES,
                         help="policies to replay (bayes is added on simulated traces)")
+    add_option(parser)
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: at least 1")
@@ -243,11 +241,12 @@ def main() -> None:
             share = f"{ours[0] / gap[0]:.0%}" if gap[1] > 0 else "no gap"
         margins.append(f"| {name} | {len(runs)} | {best} | {interval(*ours)} | {alone} | "
                        f"{ceiling} | {share} |")
-    print("\nMean over seeds, relative to oracle (best / bayes: the better rule of each)\n")
-    print("\n".join(lines))
-    print("\nbdsgd, bdsgd-model and bayes (default rule) against the strongest baseline (its "
-          "better rule), in points of the oracle's throughput\n")
-    print("\n".join(margins))
+    with recorded(args.results, __file__, markdown=True):
+        print("\nMean over seeds, relative to oracle (best / bayes: the better rule of each)\n")
+        print("\n".join(lines))
+        print("\nbdsgd, bdsgd-model and bayes (default rule) against the strongest baseline (its "
+              "better rule), in points of the oracle's throughput\n")
+        print("\n".join(margins))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.figures.stats import median_interval
 
@@ -133,6 +134,7 @@ def main() -> None:
     parser.add_argument("--traces", nargs="+", default=["calm", "straggler", "pai-job1"],
                         help="which of the traces to run")
     parser.add_argument("--out", default="results/tta", help="working folder (resumable)")
+    add_option(parser)
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -150,7 +152,8 @@ def main() -> None:
     fmt = {"median_time_to_target_s": "{:.1f}", "low": "{:.1f}", "high": "{:.1f}",
            "coverage": "{:.4f}",
            "final_accuracy": "{:.3f}", "gradients_per_s": "{:.2f}", "mean_cutoff": "{:.2f}"}
-    print(df.to_string(index=False, formatters={k: v.format for k, v in fmt.items()}))
+    with recorded(args.results, __file__):
+        print(df.to_string(index=False, formatters={k: v.format for k, v in fmt.items()}))
 
 
 if __name__ == "__main__":

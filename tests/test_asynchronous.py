@@ -19,13 +19,13 @@ from test_training import (
     metrics,
 )
 
+import bdsgd.sgd as sgd
 import bdsgd.training.asynchronous as asynchronous
-import bdsgd.training.cyclic as cyclic
+from bdsgd.schedules import async_schedule as schedule
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.asynchronous import schedule
-from bdsgd.training.common import COLUMNS
-from bdsgd.training.virtual import train_run
+from bdsgd.training import train_run
+from bdsgd.training.record import COLUMNS
 
 STALENESS = ("mean_staleness", "max_staleness", "staleness_p50", "staleness_p90")
 
@@ -127,7 +127,7 @@ def test_one_gradient_is_computed_per_applied_gradient(tmp_path, trace_path, mon
 
 @pytest.mark.parametrize(("mode", "crash"), [
     ("async", (asynchronous, "worker_gradient", 7 * N_WORKERS)),  # in round 7
-    ("cyclic", (cyclic, "apply_gradient", 8 * N_WORKERS)),  # in a round after the 5th
+    ("cyclic", (sgd, "apply_gradient", 8 * N_WORKERS)),  # in a round after the 5th
 ])
 def test_resumed_run_of_a_mode_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch, mode,
                                                         crash):

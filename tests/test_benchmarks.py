@@ -1,4 +1,5 @@
-"""Every benchmark script starts and documents its flags (they are run by hand, not by CI)."""
+"""Every benchmark script starts and documents its flags (they are run by hand, not by CI), and
+writes its own block of the results file."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+# the scripts, not the modules they share (results_md.py)
+SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -19,6 +22,7 @@ def test_benchmark_script_shows_its_help(script):
                          timeout=120)
     assert run.returncode == 0, run.stderr
     assert "usage:" in run.stdout
+    assert "--results PATH" in run.stdout  # every script can write its block of results.md
 
 
 def test_the_policy_tables_bootstrap_resamples_both_policies_alike():
@@ -72,3 +76,59 @@ def test_the_policy_table_takes_model_and_policy_settings():
     cfg = config(Args, "calm", 1)
     assert (cfg.model.epochs, cfg.model.batch_size) == (3, 4)
     assert (cfg.policies.min_gain, cfg.policies.rule, cfg.seed) == (0.3, "ratio", 1)
+
+
+def results_writer():
+    """benchmarks/results_md.py, the module the scripts share."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import results_md
+    finally:
+        sys.path.pop(0)
+    return results_md
+
+
+def test_the_results_writer_replaces_only_its_own_block(tmp_path):
+    """A second run of a command replaces its block; other commands' blocks, other scripts'
+    sections, text written by hand and a fenced line that looks like a heading stay as they are."""
+    md = results_writer()
+    path = tmp_path / "results.md"
+    own = md.command("benchmarks/b.py", ["--seeds", "2", "--results", str(path)])
+    assert own == ".venv/bin/python benchmarks/b.py --seeds 2"
+    assert md.command("b.py", ["--results=x.md", "--res", "y.md", "--resume"]) == (
+        ".venv/bin/python benchmarks/b.py --resume")
+    other = ".venv/bin/python benchmarks/b.py --seeds 3"
+    path.write_text("# Benchmark results\n\nWritten by the scripts.\n\n"
+                    "## a.py\n\n### `.venv/bin/python benchmarks/a.py`\n\nkept a\n\n"
+                    "## b.py\n\nWhat b measures.\n\n"
+                    f"### `{own}`\n\nold b\n\n### `{other}`\n\nkept b\n")
+    md.write(path, "b.py", own, "first\n### `not a heading`\n")
+    md.write(path, "b.py", own, "second\n### `not a heading`\n")
+    text = path.read_text()
+    assert text.count(f"### `{own}`") == 1 and text.count("### `not a heading`") == 1
+    assert "second" in text and "first" not in text and "old b" not in text
+    for kept in ("Written by the scripts.", "kept a", "What b measures.", "kept b"):
+        assert text.count(kept) == 1, kept
+    # the block stays where it was, between its section's text and the next block
+    assert (text.index("What b measures.") < text.index("second") < text.index(f"### `{other}`"))
+    md.write(path, "b.py", ".venv/bin/python benchmarks/b.py --seeds 4", "| a | b |", markdown=True)
+    md.write(path, "c.py", ".venv/bin/python benchmarks/c.py", "c")
+    text = path.read_text()
+    assert text.index("kept b") < text.index("| a | b |") < text.index("## c.py")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == ["## a.py", "## b.py", "## c.py"]
+    assert "\n\n\n" not in text
+
+
+def test_a_script_run_twice_with_results_keeps_one_block(tmp_path):
+    path = tmp_path / "results.md"
+    path.write_text("# Benchmark results\n\n## bench_model.py\n\nkept\n")
+    script = BENCHMARKS / "scenarios.py"
+    for _ in range(2):
+        run = subprocess.run([sys.executable, str(script), "--seeds", "1", "--results", str(path)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+    text = path.read_text()
+    assert text.count("### `.venv/bin/python benchmarks/scenarios.py --seeds 1`") == 1
+    assert text.count("## scenarios.py") == 1 and "kept" in text
+    assert "hindsight_best_mean_cutoff" in text  # what the script printed

@@ -1,5 +1,6 @@
 import dataclasses
 
+import numpy as np
 import pytest
 import yaml
 
@@ -30,7 +31,8 @@ def test_schema_and_dataclasses_agree():
 def test_schema_policy_names_are_the_registrys():
     """Every registry policy, explore-<p> around every predictive one and both training modes
     may be trained; the throughput stage replays all but the training mode cyclic."""
-    from bdsgd.policies import MODES, NAMES, spec
+    from bdsgd.policies import NAMES, spec
+    from bdsgd.schedules import MODES
 
     defs = yaml.safe_load(C.SCHEMA_PATH.read_text())["$defs"]
     trained = set(defs["policy"]["enum"])
@@ -96,3 +98,104 @@ def test_a_stage_config_may_leave_train_out():
     assert cfg.train is None and cfg.to_dict()["train"] is None
     assert cfg.seed == 3 and cfg.model.epochs == 2 and cfg.trace("sim").simulate.workers == 6
     assert cfg.policies == C.from_dict(tiny_config()).policies
+
+
+# ----------------------------------------------------------------------------- stage reads
+def _read(cfg, key):
+    """The value of ``key`` ("seed", "policies", "throughput.comm_s") in ``cfg``, used (a section
+    as its fields, a value formatted), so that an undeclared one raises."""
+    section, _, sub = key.partition(".")
+    value = getattr(cfg, section)
+    if sub:
+        value = getattr(value, sub)
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else f"{value}"
+
+
+@pytest.mark.parametrize("stage", sorted(C.STAGE_READS))
+def test_a_stage_reads_what_it_declares_and_nothing_else(config_file, stage):
+    """On a config loaded as a stage, every key STAGE_READS declares reads as in the whole config;
+    every other section, key of a section declared in part, or top-level key raises."""
+    whole, cfg = C.load_config(config_file), C.load_config(config_file, stage=stage)
+    reads = C.STAGE_READS[stage]
+    for key in reads:
+        assert _read(cfg, key) == _read(whole, key), key
+    for f in dataclasses.fields(C.Config):
+        section = f.name
+        if section == "source" or section in reads:
+            continue
+        declared = {k.partition(".")[2] for k in reads if k.startswith(f"{section}.")}
+        value = getattr(whole, section)
+        keys = [k.name for k in dataclasses.fields(value)] if dataclasses.is_dataclass(value) else []
+        for key in [f"{section}.{k}" for k in keys if k not in declared] or [section]:
+            with pytest.raises(C.UndeclaredRead, match=f"stage '{stage}' read config '{key}'"):
+                _read(cfg, key)
+    # the record of the config is all of it (provenance, W&B), and copying it reads nothing
+    assert cfg.to_dict() == whole.to_dict() and cfg.hash() == whole.hash()
+    assert dataclasses.replace(cfg, model=whole.model).hash() == whole.hash()
+
+
+def test_undeclared_reads_fail_as_bugs_not_as_user_errors(config_file):
+    cfg = C.load_config(config_file, stage="evaluate_model")
+    for use in (lambda: cfg.seed + 1, lambda: int(cfg.seed), lambda: cfg.training().data_dir,
+                lambda: "sim" in cfg.wandb, lambda: cfg.throughput.policies):
+        with pytest.raises(C.UndeclaredRead):
+            use()
+    assert not issubclass(C.UndeclaredRead, UserError)  # the CLI's one-line errors are the user's
+
+
+def test_a_command_that_reads_an_undeclared_section_fails(config_file, tmp_path, monkeypatch):
+    """`bdsgd traces simulate` reads the trace's spec: with traces: undeclared for its stage it
+    fails loudly (the bug the table prevents: in the DAG its config file would not hold it)."""
+    from bdsgd import cli
+
+    out = tmp_path / "t.parquet"
+    monkeypatch.setitem(C.STAGE_READS, "simulate_trace", ("experiment", "seed"))
+    with pytest.raises(C.UndeclaredRead, match="'traces'"):
+        cli.main(["traces", "simulate", "--config", str(config_file), "--out", str(out)])
+    monkeypatch.setitem(C.STAGE_READS, "simulate_trace", ("experiment", "traces"))
+    with pytest.raises(C.UndeclaredRead, match="'seed'"):
+        cli.main(["traces", "simulate", "--config", str(config_file), "--out", str(out)])
+    assert not out.exists()
+
+
+def test_every_command_loads_its_config_as_its_stage(config_file, tmp_path, monkeypatch):
+    """Each command that reads a config file passes load_config its stage."""
+    from bdsgd import cli
+    from bdsgd.traces.io import write_trace
+    from bdsgd.traces.schema import from_arrays
+
+    class Loaded(Exception):
+        pass
+
+    def spy(path, stage=None):
+        raise Loaded(stage)
+
+    monkeypatch.setattr(C, "load_config", spy)
+    trace, out, c = tmp_path / "t.parquet", str(tmp_path / "out"), str(config_file)
+    write_trace(from_arrays(np.ones((4, 2))), trace)
+    commands = {
+        "simulate_trace": ["traces", "simulate", "--config", c, "--out", out],
+        "gather_trace": ["traces", "gather", "--config", c, "--out", out],
+        "train_model": ["model", "train", str(trace), "--config", c, "--out", out],
+        "evaluate_model": ["model", "evaluate", "m.pt", str(trace), "--config", c],
+        "throughput": ["throughput", str(trace), "--policies", "sync", "--config", c, "--json", out],
+        "train": ["train", "--config", c, "--task", "digits", "--policy", "sync", "--seed", "0",
+                  "--trace", str(trace), "--out", out],
+    }
+    for stage, argv in commands.items():
+        with pytest.raises(Loaded) as loaded:
+            cli.main(argv)
+        assert loaded.value.args == (stage,), argv
+
+
+def test_stage_reads_name_real_keys():
+    """Every key STAGE_READS declares is a key of the config (a typo would guard nothing)."""
+    top = {f.name for f in dataclasses.fields(C.Config)} - {"source"}
+    for stage, reads in C.STAGE_READS.items():
+        for key in reads:
+            section, _, sub = key.partition(".")
+            assert section in top, (stage, key)
+            if sub:
+                assert sub in {f.name for f in dataclasses.fields(SECTIONS[section])}, (stage, key)
+        assert set(C.STAGE_FLAGS.get(stage, ())) <= set(reads), stage
+        assert set(C.slice_keys(stage)) == set(reads) - set(C.STAGE_FLAGS.get(stage, ()))

@@ -17,11 +17,11 @@ from test_training import (
     metrics,
 )
 
-import bdsgd.training.cyclic as cyclic
-from bdsgd.training import asynchronous
-from bdsgd.training.common import COLUMNS
-from bdsgd.training.cyclic import schedule
-from bdsgd.training.virtual import train_run
+import bdsgd.sgd as sgd
+from bdsgd.schedules import async_schedule
+from bdsgd.schedules import cyclic_schedule as schedule
+from bdsgd.training import train_run
+from bdsgd.training.record import COLUMNS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_events import async_per_event, cyclic_per_event  # noqa: E402
@@ -47,7 +47,7 @@ def test_schedules_equal_the_per_event_loops(comm_s, slow):
     for key in ref:
         np.testing.assert_array_equal(getattr(got, key), ref[key])
     assert got.count.sum() == total
-    a, ref_a = asynchronous.schedule(runtimes, comm_s, total), async_per_event(runtimes, comm_s,
+    a, ref_a = async_schedule(runtimes, comm_s, total), async_per_event(runtimes, comm_s,
                                                                                total)
     for key in ref_a:
         np.testing.assert_array_equal(getattr(a, key), ref_a[key])
@@ -92,8 +92,8 @@ def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
     assert m["gradients"].sum() == 3 * N_WORKERS
     np.testing.assert_allclose(m["lr"], 0.1 / N_WORKERS)
 
-    from bdsgd.tasks import load_task
-    from bdsgd.training.common import WorkerStreams, backward, take_gradient
+    from bdsgd.sgd import backward, take_gradient
+    from bdsgd.tasks import WorkerStreams, load_task
 
     data = load_task("digits", "data")
     streams = WorkerStreams(len(data.train), N_WORKERS, 8, 0)
@@ -128,13 +128,13 @@ def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
 def test_only_the_pushed_gradients_are_computed(tmp_path, trace_path, monkeypatch):
     """One backward pass per (worker, pull, push) group, over exactly the applied gradients."""
     seen = []
-    backward = cyclic.backward
+    backward = sgd.backward
 
     def counted(model, x, y, chunk, device):
         seen.append(len(y))
         return backward(model, x, y, chunk, device)
 
-    monkeypatch.setattr(cyclic, "backward", counted)
+    monkeypatch.setattr(sgd, "backward", counted)
     cfg = make_cfg(max_iterations=5, eval_every=5)
     run = train_run(cfg, "digits", "cyclic", 0, trace_path, tmp_path / "run")
     assert sum(seen) == 5 * N_WORKERS * 8  # samples: applied gradients x batch
@@ -149,9 +149,9 @@ def test_free_pushes_make_the_schedule_asynchronous_sgds():
     gradient of an instant ties."""
     runtimes = np.random.default_rng(4).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
     equal = schedule(np.ones((T_ROWS, N_WORKERS)), 0.0, 60)
-    np.testing.assert_array_equal(equal.staleness, asynchronous.schedule(
+    np.testing.assert_array_equal(equal.staleness, async_schedule(
         np.ones((T_ROWS, N_WORKERS)), 0.0, 60).staleness)
-    c, a = schedule(runtimes, 0.0, 60), asynchronous.schedule(runtimes, 0.0, 60)
+    c, a = schedule(runtimes, 0.0, 60), async_schedule(runtimes, 0.0, 60)
     assert (c.count == 1).all()
     np.testing.assert_array_equal(c.worker, a.worker)
     np.testing.assert_array_equal(c.staleness, a.staleness)

@@ -18,8 +18,8 @@ import torch
 import yaml
 from conftest import REPO, run_cli
 
+from bdsgd.devices import select_device
 from bdsgd.distributed.ps import Round
-from bdsgd.distributed.wire import rank_device
 from bdsgd.traces.io import read_trace
 
 WORKERS = 3
@@ -118,9 +118,9 @@ def test_ranks_take_the_nodes_gpus_in_turn(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    devices = [rank_device("auto", local) for local in range(4)]
+    devices = [select_device("auto", local) for local in range(4)]
     assert [d.index for d in devices] == [0, 1, 0, 1] and chosen == devices
-    assert rank_device("cpu", 3) == torch.device("cpu")
+    assert select_device("cpu", 3) == torch.device("cpu")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for machines without CUDA")

@@ -13,7 +13,6 @@ import pytest
 from bdsgd.figures import (
     FALLBACK_COLOURS,
     FIGURES,
-    NON_CUTOFF_MODES,
     POLICY_COLOURS,
     figure_files,
     render,
@@ -21,6 +20,7 @@ from bdsgd.figures import (
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
 from bdsgd.figures.stats import median_interval, time_to_target_stats
 from bdsgd.policies import NAMES
+from bdsgd.schedules import MODES
 
 REPO = Path(__file__).resolve().parents[1]
 N_WORKERS, ROWS, EVAL_EVERY, TARGET = 4, 30, 5, 0.5
@@ -61,7 +61,7 @@ def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_sty
                "gradients_per_s": 3.0, "mean_cutoff": float(metrics["cutoff"].mean()),
                "iterations": ROWS, "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
                "n_workers": N_WORKERS}
-    if policy in NON_CUTOFF_MODES:
+    if policy in MODES:
         summary |= {"mean_staleness": 1.5, "max_staleness": 3, "staleness_p50": 1.0,
                     "staleness_p90": 3.0}
     (run / "result.json").write_text(json.dumps({"summary": summary}))
@@ -151,7 +151,7 @@ def test_old_runs_without_staleness_read_as_unavailable(results):
 
 # ----------------------------------------------------------------------------- colours
 def test_every_policy_and_mode_has_its_own_fixed_colour():
-    names = (*NAMES, *NON_CUTOFF_MODES)
+    names = (*NAMES, *MODES)
     assert set(POLICY_COLOURS) == set(names)
     assert len(set(POLICY_COLOURS.values())) == len(POLICY_COLOURS)  # no two alike
     for name in names:
@@ -164,7 +164,7 @@ def test_every_policy_and_mode_has_its_own_fixed_colour():
 
 def test_figures_draw_each_policy_in_its_colour(results, tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(render, "_save", lambda fig, path: figures.append(fig) or [path])
+    monkeypatch.setattr(render, "save_figure", lambda fig, path: figures.append(fig) or [path])
     summary, metrics = render.load_runs(results)
     render.time_to_accuracy(metrics, summary, tmp_path / "t.png")
     render.loss_curves(metrics, tmp_path / "l.png")
@@ -178,7 +178,7 @@ def test_figures_draw_each_policy_in_its_colour(results, tmp_path, monkeypatch):
     assert drawn == {p: {policy_colour(p)} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
     # the cutoff figure has the cutoff policies only
     cutoff_labels = {line.get_label() for line in figures[2].axes[0].get_lines()}
-    assert not cutoff_labels & set(NON_CUTOFF_MODES)
+    assert not cutoff_labels & set(MODES)
     for fig in figures:
         render.plt.close(fig)
 

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from bdsgd.config import default_config
 from bdsgd.cutoff import hindsight_optimum, myopic_optimum, observation, throughput
-from bdsgd.policies import make_policy
+from bdsgd.loop import replay
 from bdsgd.policies.base import PredictivePolicy, decide
 from bdsgd.policies.baselines import Scripted
-from bdsgd.server import replay, warm_up
+from bdsgd.policies.build import make_policy, warm_up
 from bdsgd.traces.schema import from_arrays
 
 CFG = default_config().policies
@@ -39,7 +39,7 @@ class FakeModel:
 
 @pytest.fixture(autouse=True)
 def fake_model_predictor(monkeypatch):
-    monkeypatch.setattr("bdsgd.policies.bdsgd.ModelPredictor",
+    monkeypatch.setattr("bdsgd.policies.model_predictor.ModelPredictor",
                         lambda model, seed, compile: LastIteration())
 
 

@@ -18,11 +18,11 @@ from test_training import (
     metrics,
 )
 
-import bdsgd.training.virtual as virtual
+import bdsgd.training.synchronous as synchronous
+from bdsgd.schedules import async_schedule, cyclic_schedule
+from bdsgd.sgd import backward, noise_step, sgd_step, take_gradient
 from bdsgd.tasks import load_task
-from bdsgd.training import asynchronous, cyclic
-from bdsgd.training.common import backward, take_gradient
-from bdsgd.training.virtual import noise_step, sgd_step, train_run
+from bdsgd.training import train_run
 
 # predictive policies whose forecast of a constant trace has no spread, the oracle, and the
 # two ways of never cutting: all wait for every worker at every iteration
@@ -103,7 +103,7 @@ def test_the_progress_objective_learns_the_noise_scale_and_resumes(tmp_path, mon
                            tmp_path / "throughput")
     assert not metrics(whole)["cutoff"].equals(metrics(throughput)["cutoff"])
 
-    crash_at_call(monkeypatch, virtual, "noise_step", 17)
+    crash_at_call(monkeypatch, synchronous, "noise_step", 17)
     resumed = interrupted_then_resumed(
         monkeypatch, lambda out: train_run(progress, "digits", "ecdf", 0, path, out),
         tmp_path / "resumed")
@@ -118,7 +118,7 @@ def test_staleness_scaled_learning_rate(tmp_path, mode):
     path = write(tmp_path, runtimes, "trace")
     runs = {how: train_run(make_cfg(max_iterations=4, eval_every=4, staleness_lr=how), "digits",
                            mode, 0, path, tmp_path / how) for how in ("none", "inverse")}
-    sched = (asynchronous if mode == "async" else cyclic).schedule(runtimes, 0.05,
+    sched = (async_schedule if mode == "async" else cyclic_schedule)(runtimes, 0.05,
                                                                   4 * N_WORKERS)
     per_gradient = 0.1 / N_WORKERS / np.maximum(1, sched.staleness)
     rows = np.cumsum(metrics(runs["inverse"])["gradients"].to_numpy())

@@ -7,8 +7,8 @@ import pytest
 from bdsgd.config import default_config, from_dict
 from bdsgd.cutoff import observation
 from bdsgd.errors import UserError
-from bdsgd.policies import make_policy
 from bdsgd.policies.base import PredictivePolicy, decide
+from bdsgd.policies.build import make_policy
 from bdsgd.policies.progress import GradientNoise, worth
 from tests.conftest import tiny_config
 

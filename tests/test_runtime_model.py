@@ -15,8 +15,9 @@ from scipy.stats import exponnorm, norm
 from bdsgd.config import ModelConfig, SimulateConfig, from_dict
 from bdsgd.cutoff import Observation, observation
 from bdsgd.errors import UserError
-from bdsgd.policies import make_policy
-from bdsgd.policies.bdsgd import ModelPredictor
+from bdsgd.evaluation import evaluate_model
+from bdsgd.policies.build import make_policy
+from bdsgd.policies.model_predictor import ModelPredictor
 from bdsgd.runtime_model import train as train_module
 from bdsgd.runtime_model.checkpoint import load_model
 from bdsgd.runtime_model.filtering import impute, node_posterior, worker_update
@@ -25,7 +26,6 @@ from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.sampling import episode_levels, step_variances
 from bdsgd.runtime_model.train import train_model
 from bdsgd.runtime_model.transition import Nodes
-from bdsgd.throughput import evaluate_model
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import simulate
@@ -290,15 +290,15 @@ def test_worker_update_matches_numerical_integration(v, censored):
         sd = np.sqrt(rk)
         law = exponnorm(1 / (rate * sd), loc=u + ck, scale=sd) if k % 3 == 2 else norm(u + ck, sd)
         lik.append(law.sf(v) if censored else law.pdf(v))
-    parts = [wk * pk * lk for wk, pk, lk in zip(log_w.exp()[:, 0].numpy(), prior, lik, strict=True)]
-    post = sum(parts)
+    terms = [wk * pk * lk for wk, pk, lk in zip(log_w.exp()[:, 0].numpy(), prior, lik, strict=True)]
+    post = sum(terms)
     z = np.trapezoid(post, u)
     m = np.trapezoid(u * post, u) / z
     assert float(mean) == pytest.approx(m, abs=1e-4)
     assert float(var) == pytest.approx(np.trapezoid((u - m) ** 2 * post, u) / z, rel=1e-3)
     assert float(logp) == pytest.approx(np.log(z), abs=1e-4)
-    assert float(post_c) == pytest.approx(np.trapezoid(sum(parts[9:]), u) / z, abs=1e-5)
-    assert float(post_b) == pytest.approx(np.trapezoid(sum(parts[2::3]), u) / z, abs=1e-5)
+    assert float(post_c) == pytest.approx(np.trapezoid(sum(terms[9:]), u) / z, abs=1e-5)
+    assert float(post_b) == pytest.approx(np.trapezoid(sum(terms[2::3]), u) / z, abs=1e-5)
 
 
 def test_node_posterior_matches_enumeration():
@@ -356,12 +356,12 @@ def test_both_two_state_chains_predict_and_start_stationary():
         model.transition.switch_logit.copy_(torch.tensor([0.5, -1.0]))
         model.emitter.short_logit.fill_(-1.0)
         model.emitter.short_stay_logit.fill_(0.8)
-        parts, state = model.parts(), model.initial_state(1)
+        params, state = model.step_parameters(), model.initial_state(1)
     p_off = 0.05 + 0.95 / (1 + math.exp(1.0))
     p_on = p_off / (1 + math.exp(-0.5))
     pi_s, kappa = 1 / (1 + math.exp(1.0)), 1 / (1 + math.exp(-0.8))
-    chains = ((model.transition.episode_chain(parts.switch), p_on, 1 - p_off, state.p_c),
-              (model.transition.stall_chain(parts.stall_probs), pi_s, kappa, state.p_b))
+    chains = ((model.transition.episode_chain(params.switch), p_on, 1 - p_off, state.p_c),
+              (model.transition.stall_chain(params.stall.probs), pi_s, kappa, state.p_b))
     for chain, start, stay, initial in chains:
         assert float(chain.predict(torch.tensor(0.0))) == pytest.approx(start, rel=1e-6)
         assert float(chain.predict(torch.tensor(1.0))) == pytest.approx(stay, rel=1e-6)
@@ -463,8 +463,9 @@ def test_jumps_are_shared_by_a_node(trained):
         m.load_state_dict(model.state_dict())
         with torch.no_grad():
             m.transition.jump_logit.fill_(math.log(0.2 / 0.8))
-        steps = step_variances(m.nodes, m.parts(), 20_000, torch.Generator().manual_seed(0))
-        jumped = steps == m.parts().step[1]
+        params = m.step_parameters()
+        steps = step_variances(m.nodes, params, 20_000, torch.Generator().manual_seed(0))
+        jumped = steps == params.step[1]
         assert float(jumped.float().mean()) == pytest.approx(0.2, abs=0.01)
         assert float((jumped[:, 0] & jumped[:, 1]).float().mean()) == pytest.approx(both, abs=0.01)
         sampled = m.sample_trace(3, seed=0).node  # a sampled trace keeps the nodes
@@ -580,9 +581,9 @@ def test_an_episode_slows_a_nodes_workers_by_one_size(trained):
         m.load_state_dict(model.state_dict())
         with torch.no_grad():
             m.transition.episode_log_var.fill_(math.log(0.04))
-            parts = m.parts()
-            levels = episode_levels(m.nodes, parts, 20_000, torch.Generator().manual_seed(0)).numpy()
-        assert levels.mean(0) == pytest.approx(float(parts.episode[0]), abs=0.01)
+            params = m.step_parameters()
+            levels = episode_levels(m.nodes, params, 20_000, torch.Generator().manual_seed(0)).numpy()
+        assert levels.mean(0) == pytest.approx(float(params.episode[0]), abs=0.01)
         assert levels.std(0) == pytest.approx(0.2, abs=0.01)
         mates = np.corrcoef(levels[:, 0], levels[:, 1])[0, 1]
         assert mates == pytest.approx(0.0 if node is None else 1.0, abs=0.03)

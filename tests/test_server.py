@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-import bdsgd.server as server
+import bdsgd.loop as loop
 from bdsgd.cutoff import observation
-from bdsgd.server import Server, catch_up
+from bdsgd.loop import Server, catch_up
 
 
 class FakeClock:
@@ -41,7 +41,7 @@ class Slow:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(server, "perf_counter_ns", fake)
+    monkeypatch.setattr(loop, "perf_counter_ns", fake)
     return fake
 
 

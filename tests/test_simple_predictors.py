@@ -7,9 +7,9 @@ import pytest
 
 from bdsgd.config import default_config
 from bdsgd.cutoff import observation
-from bdsgd.policies import make_policy
+from bdsgd.loop import replay
+from bdsgd.policies.build import make_policy, warm_up
 from bdsgd.policies.predictors import MIN_RESIDUALS, PerWorkerLevel
-from bdsgd.server import replay, warm_up
 from bdsgd.traces.schema import from_arrays
 
 CFG = default_config().policies

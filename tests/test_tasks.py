@@ -18,7 +18,7 @@ from bdsgd.errors import UserError
 from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.virtual import train_run
+from bdsgd.training import train_run
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:

@@ -13,18 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bdsgd.server as server
-import bdsgd.training.virtual as virtual
+import bdsgd.loop as loop
+import bdsgd.training.synchronous as synchronous
 from bdsgd.cli import main
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
-from bdsgd.policies import make_policy
-from bdsgd.server import warm_up
-from bdsgd.tasks import _lenet, _mlp, _small_vgg, load_task
+from bdsgd.policies.build import make_policy, warm_up
+from bdsgd.tasks import WorkerStreams, _lenet, _mlp, _small_vgg, load_task
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.common import WorkerStreams, time_to_target
-from bdsgd.training.virtual import train_run
+from bdsgd.training import train_run
+from bdsgd.training.record import time_to_target
 
 N_WORKERS, T_ROWS = 6, 12
 
@@ -135,7 +134,7 @@ def crash_at_call(monkeypatch, module, name: str, k: int) -> None:
 
 def crash_at_iteration(monkeypatch, k: int) -> None:
     """Make the k-th SGD step of the cutoff mode raise."""
-    crash_at_call(monkeypatch, virtual, "sgd_step", k)
+    crash_at_call(monkeypatch, synchronous, "sgd_step", k)
 
 
 def interrupted_then_resumed(monkeypatch, run, out: Path) -> Path:
@@ -195,7 +194,7 @@ def test_history_warms_up_learning_policies_and_resumes(tmp_path, trace_path, mo
     assert (resumed / "metrics.parquet").read_bytes() == (warm / "metrics.parquet").read_bytes()
 
 
-def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatch, capsys):
+def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatch, caplog):
     cfg = make_cfg(checkpoint_every=5)
     crash_at_iteration(monkeypatch, 8)
     with pytest.raises(KeyboardInterrupt):
@@ -203,7 +202,7 @@ def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatc
     monkeypatch.undo()
     fresh = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "fresh")
     other = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "run")  # seed changed
-    assert "discarding" in capsys.readouterr().out
+    assert "discarding" in caplog.text  # a warning through bdsgd.training.run's logger
     assert (other / "metrics.parquet").read_bytes() == (fresh / "metrics.parquet").read_bytes()
 
 
@@ -298,7 +297,7 @@ def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_pat
     """charge_decision_time charges all of the policy's work per iteration: the bdsgd policy
     filters in observe (after the iteration), which a clock that timed only choose would miss.
     The server's clock is a fake that only the filtering step moves (0.25 s a step)."""
-    from bdsgd.policies.bdsgd import ModelPredictor
+    from bdsgd.policies.model_predictor import ModelPredictor
     from bdsgd.runtime_model.checkpoint import checkpoint
     from bdsgd.runtime_model.model import RuntimeModel
 
@@ -306,7 +305,7 @@ def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_pat
     cfg = make_cfg(max_iterations=12, charge_decision_time=True)
     torch.save(checkpoint(RuntimeModel(cfg.model, N_WORKERS)), model_path)
     clock = {"ns": 0}
-    monkeypatch.setattr(server, "perf_counter_ns", lambda: clock["ns"])
+    monkeypatch.setattr(loop, "perf_counter_ns", lambda: clock["ns"])
     filtering = ModelPredictor.observe
 
     def observe(self, obs):

@@ -3,13 +3,15 @@ twice with byte-identical result tables, and a change reruns only the stages tha
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from bdsgd.config import from_dict, load_config
+from bdsgd.config import STAGE_READS, from_dict, load_config, slice_keys
+from bdsgd.layout import Layout
 from tests.conftest import REPO, run_dag, snakemake, tiny_config
 
 
@@ -67,7 +69,9 @@ def test_tiny_dag_end_to_end_is_byte_identical(tiny_dag, tmp_path):
 
 @pytest.mark.slow
 def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
-    """Each stage's config file gives it the values the whole config gives, and no more."""
+    """Each stage's config file holds exactly what bdsgd.config.STAGE_READS declares its command
+    reads (less the flags its rule passes instead), with the values the whole config gives: of a
+    trace's stages, that trace's; of a run's, its task's."""
     a, _, cfg = tiny_dag
     whole = from_dict(cfg)
     stages = a / "results/tiny/config"
@@ -78,31 +82,55 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
         for trace in ("sim", "pai"))}
     for name, data in raw.items():
         stage, instance = name.split("/")
-        sliced = load_config(stages / f"{name}.yaml")
-        assert sliced.experiment == whole.experiment
-        if stage != "train":  # a trace's stages see that trace only
-            assert set(data["traces"]) == {instance}
-            assert "train" not in data, name
-            # only the stages that log to W&B read wandb:
-            assert ("wandb" in data) == (stage == "train_model"), name
-        if stage in ("simulate_trace", "train_model", "throughput"):
-            assert sliced.seed == whole.seed
-        if stage == "simulate_trace":
-            assert sliced.trace(instance).simulate == whole.trace(instance).simulate
-        if stage == "train_model":
-            assert sliced.model == whole.model
-        if stage in ("evaluate_model", "throughput", "train"):
-            assert sliced.policies == whole.policies
-            assert sliced.throughput.comm_s == whole.throughput.comm_s
-    train = load_config(stages / "train/digits.yaml")
-    assert train.wandb == whole.wandb == load_config(stages / "train_model/sim.yaml").wandb
+        keys = slice_keys(stage)
+        assert set(data) == {key.partition(".")[0] for key in keys}, name
+        for section, value in data.items():
+            declared = {k.partition(".")[2] for k in keys if k.startswith(f"{section}.")}
+            assert not declared or set(value) == declared, (name, section)
+        trace = whole.train.trace if stage == "train" else instance
+        assert set(data["traces"]) == {trace}, name
+        sliced = load_config(stages / f"{name}.yaml", stage=stage)
+        for key in keys:
+            section, _, sub = key.partition(".")
+            got, want = getattr(sliced, section), getattr(whole, section)
+            if sub:
+                got, want = getattr(got, sub), getattr(want, sub)
+            if key == "traces":  # what makes the trace (split reads train_fraction as a flag)
+                got, want = got[trace], dataclasses.replace(want[trace], train_fraction=0.5)
+            elif key == "train.tasks":
+                want = (instance,)
+            elif key == "train.target_accuracy":
+                want = {instance: want[instance]}
+            assert got == want, (name, key)
     # a run gets its task, policy and seed on the command line: no list of them in its config
-    assert raw["train/digits"]["train"]["tasks"] == ["digits"]
     assert not {"policies", "seeds"} & set(raw["train/digits"]["train"])
-    assert train.train.target_accuracy == {"digits": whole.train.target_accuracy["digits"]}
-    same = {f for f in whole.train.__dataclass_fields__
-            if f not in ("tasks", "policies", "seeds", "target_accuracy")}
-    assert {f: getattr(train.train, f) for f in same} == {f: getattr(whole.train, f) for f in same}
+    assert raw["train/digits"]["train"]["tasks"] == ["digits"]
+
+
+def test_the_stages_are_the_workflows_rules():
+    """Every stage of STAGE_READS is a rule of the workflow, which passes its config file."""
+    rules = "".join(p.read_text() for p in (REPO / "workflow/rules").glob("*.smk"))
+    for stage in STAGE_READS:
+        assert f"rule {stage}:" in rules, stage
+        assert f'PATHS.stage_config("{stage}", ' in rules, stage
+
+
+def test_layout_names_the_files_the_dag_writes():
+    """bdsgd.layout's paths are the files users and tests read (the names must not change)."""
+    paths = Layout.of("x")
+    assert paths.trace("sim", "test") == "results/x/traces/sim/test.parquet"
+    assert paths.truth("sim") == "results/x/traces/sim/trace.truth.npz"
+    assert paths.model("sim", "predictions.parquet") == "results/x/models/sim/predictions.parquet"
+    assert paths.throughput("sim") == "results/x/throughput/sim/throughput.json"
+    assert paths.run("result.json", "digits", "sync", 0) == "results/x/runs/digits/sync/seed0/result.json"
+    assert paths.run("result.json") == "results/x/runs/{task}/{policy}/seed{seed}/result.json"
+    assert paths.distributed("j") == "results/x/distributed/j/result.json"
+    assert paths.stage_config() == "results/x/config/{stage}/{name}.yaml"
+    assert paths.run_log() == "logs/x/runs/{task}/{policy}/seed{seed}.log"
+    assert paths.trace_log("split", "sim") == "logs/x/traces/sim/split.log"
+    assert paths.config_log() == "logs/x/config.log"
+    assert paths.figures_log("sim") == "logs/x/figures/sim.log"
+    assert paths.trace_figure("sim_cov.pdf") == "figures/x/traces/sim_cov.pdf"
 
 
 def pending(workdir: Path, config: Path) -> dict[str, set[str]]:

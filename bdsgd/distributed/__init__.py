@@ -1,7 +1,7 @@
 """Real distributed training with cutoffs: a parameter server on torch.distributed.
 
 Rank 0 is the server, ranks 1..n the workers. One iteration t, through the same server loop
-as the virtual trainer (``bdsgd.server.Server.step``: the policy chooses c_t, the iteration
+as the virtual trainer (``bdsgd.loop.Server.step``: the policy chooses c_t, the iteration
 runs, the policy observes):
 
     server   sends (t, theta_t) to every idle live worker, starts the clock
@@ -36,7 +36,7 @@ What the established systems teach, and what is done here:
   wall time here, as it would be on any real server.
 
 Devices (``train.device``): each rank computes on its own GPU where the node has one per rank,
-and ranks share the node's GPUs round robin where it has fewer (``wire.rank_device``). Messages
+and ranks share the node's GPUs round robin where it has fewer (``bdsgd.devices.select_device``). Messages
 always travel over gloo between host buffers: the worker copies its gradient off the GPU, the
 server its parameters. NCCL is not used for them, on purpose: the server must take whichever
 worker's gradient arrives first, and NCCL has no receive from any source, no way to cancel a
@@ -47,7 +47,7 @@ trip that follows it.
 
 ``bdsgd distributed`` (``launch``) starts the n + 1 processes on this machine (a free port, all
 children stopped on exit or Ctrl-C); under SLURM the same module runs as one srun step of n + 1
-tasks, ranks and rendezvous from SLURM's environment (``bdsgd.traces.gather``'s convention).
+tasks, ranks and rendezvous from SLURM's environment (``bdsgd.devices.rank_env``).
 
 The server checkpoints every train.checkpoint_every iterations (model, optimiser, the trace and
 metrics so far, what the policy observed) beside its result; the same command after a killed

@@ -25,10 +25,9 @@ from pathlib import Path
 import torch.distributed as dist
 
 from bdsgd.config import default_config, load_config
-from bdsgd.distributed.wire import Job, rank_device, store
-from bdsgd.errors import UserError
-from bdsgd.policies import spec
-from bdsgd.traces.gather import rank_env, slurm_rendezvous
+from bdsgd.devices import rank_env, select_device, slurm_rendezvous
+from bdsgd.distributed.wire import Job, store
+from bdsgd.errors import UserError, run_entry_point
 
 GRACE_S = 10  # how long workers get to stop after the server is done
 
@@ -48,17 +47,21 @@ def _free_port() -> int:
 
 
 def _config(job: Job):
-    return default_config() if job.config is None else load_config(job.config)
+    return default_config() if job.config is None else load_config(job.config, stage="distributed")
 
 
 def launch(job: Job) -> dict:
     """Run the job on this machine; the server's result (the JSON it wrote)."""
     cfg = _config(job)
+    from bdsgd.policies.build import build_policy, load_inputs
     from bdsgd.tasks import load_task
 
-    # a missing data set or device: one line here, not one from each of the n + 1 processes
+    # a missing data set, device or policy input (a model of another worker count): one line
+    # here, not one from each of the n + 1 processes
     load_task(job.task, cfg.training().data_dir)
-    rank_device(cfg.training().device, 0)
+    select_device(cfg.training().device, 0)
+    build_policy(job.policy, cfg, seed=job.seed, n_workers=job.workers, comm_s=0.0, real=True,
+                 inputs=load_inputs([job.policy], "<distributed>", job.model))
     port, world = _free_port(), job.workers + 1
     cmd = [sys.executable, "-m", "bdsgd.distributed.launch", "--job", job.to_json()]
     base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -97,7 +100,7 @@ def node(job: Job) -> None:
     kv = store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0)
     cfg = _config(job)
     tc = cfg.training()
-    device = rank_device(tc.device, ranks["local"])
+    device = select_device(tc.device, ranks["local"])
     if rank == 0:
         from bdsgd.distributed.ps import ParameterServer
 
@@ -133,12 +136,6 @@ def job_from_args(args) -> Job:
     for flag, pair in (("--inject-straggler", job.straggler), ("--kill-worker", job.kill)):
         if pair is not None and not 0 <= pair[0] < job.workers:
             raise UserError(flag, str(pair[0]), f"no such worker: workers are 0..{job.workers - 1}")
-    try:
-        need = spec(job.policy)
-    except ValueError as exc:
-        raise UserError("--policy", job.policy, str(exc)) from None
-    if need.needs_model and job.model is None:
-        raise UserError("--model", job.policy, "policy bdsgd needs a run-time model: pass --model")
     return job
 
 
@@ -155,17 +152,14 @@ def main() -> None:
     parser.add_argument("--job", required=True, help="the job's settings (JSON)")
     job = Job.from_json(parser.parse_args().job)
     try:
-        node(job)
-    except UserError as exc:
-        print(f"bdsgd: error: {exc}", file=sys.stderr, flush=True)
-        os._exit(2)
+        code = run_entry_point(lambda: node(job))
     except Exception:  # noqa: BLE001 - any failure: report it and leave (threads hold gloo)
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
     # Listener threads still block in gloo receives: leave without tearing the group down.
     sys.stdout.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The parameter server (rank 0): iterations through ``bdsgd.server.Server.step``, over real
+"""The parameter server (rank 0): iterations through ``bdsgd.loop.Server.step``, over real
 workers. The protocol and its rules are in ``bdsgd.distributed``'s docstring.
 
 One listener thread per worker receives its messages into one queue, so the loop below waits on
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import queue
 import threading
@@ -26,16 +27,18 @@ from bdsgd import tracking
 from bdsgd.config import Config
 from bdsgd.cutoff import Observation
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
-from bdsgd.errors import UserError
 from bdsgd.io import write_json, write_with
-from bdsgd.policies import make_policy, spec
+from bdsgd.loop import Server
+from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.policies.progress import LR_SCALING
 from bdsgd.provenance import stamp
-from bdsgd.server import Server, load_needs
+from bdsgd.sgd import apply_gradient, evaluate
 from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training.common import apply_gradient, evaluate, time_to_target
+from bdsgd.training.record import time_to_target
+
+logger = logging.getLogger(__name__)
 
 COLUMNS = ("iteration", "wall_time_s", "cutoff", "iteration_time_s", "lr", "train_loss",
            "live_workers", "stale", "decision_s", "test_accuracy")
@@ -75,14 +78,9 @@ class ParameterServer:
     def __init__(self, job: Job, cfg: Config, kv, device: torch.device):
         self.job, self.cfg, self.tc, self.device = job, cfg, cfg.training(), device
         self.n, n = job.workers, job.workers
-        need = spec(job.policy)
-        if need.needs_truth or need.needs_future:
-            raise UserError("--policy", job.policy, "needs the simulator's truth or the future "
-                            "run-times, which a real cluster does not have")
-        model, _ = load_needs([job.policy], "<distributed>", job.model)
-        self.policy = make_policy(job.policy, n, cfg.policies, seed=job.seed, comm_s=0.0,
-                                  model=model, objective="throughput", batch=self.tc.batch_size,
-                                  lr_scaling=self.tc.lr_scaling)
+        self.policy = build_policy(job.policy, cfg, seed=job.seed, n_workers=n,
+                                   inputs=load_inputs([job.policy], "<distributed>", job.model),
+                                   comm_s=0.0, real=True)
         self.data = load_task(job.task, self.tc.data_dir)
         torch.manual_seed(job.seed)
         self.model = self.data.make_model().to(device)
@@ -123,8 +121,8 @@ class ParameterServer:
             self.live.discard(rank)
             self.busy.discard(rank)
             self.dead.append({"worker": rank - 1, "iteration": t})
-            print(f"worker {rank - 1} is dead at iteration {t}: training goes on with "
-                  f"{len(self.live)}", flush=True)
+            logger.info(f"worker {rank - 1} is dead at iteration {t}: training goes on with "
+                  f"{len(self.live)}")
 
     def _receive(self, t: int):
         """The next (rank, message) from a live worker, or None when a worker was found dead
@@ -222,8 +220,8 @@ class ParameterServer:
                          "decision_s": step.policy_s, "test_accuracy": accuracy})
             tracking.log(wandb, rows[-1], done)
             self.observed.append(step.obs)
-            print(f"iteration {done}/{job.iterations}: c={step.obs.cutoff}, "
-                  f"{step.obs.cutoff_time:.3f} s", flush=True)
+            logger.info(f"iteration {done}/{job.iterations}: c={step.obs.cutoff}, "
+                  f"{step.obs.cutoff_time:.3f} s")
             if done % tc.checkpoint_every == 0 and done < job.iterations:
                 self._checkpoint(rows, time.perf_counter() - wall0)
         wall = time.perf_counter() - wall0
@@ -265,7 +263,7 @@ class ParameterServer:
             return None
         state = torch.load(self.ckpt, map_location="cpu", weights_only=True)
         if state["identity"] != json.dumps(self._identity()):
-            print(f"discarding {self.ckpt}: checkpoint of another job", flush=True)
+            logger.info(f"discarding {self.ckpt}: checkpoint of another job")
             return None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -276,7 +274,7 @@ class ParameterServer:
             obs = Observation(t, c, state["obs_runtimes"][t].numpy(), tau)
             self.policy.observe(obs)
             self.observed.append(obs)
-        print(f"resumed from {self.ckpt} at iteration {len(state['rows'])}", flush=True)
+        logger.info(f"resumed from {self.ckpt} at iteration {len(state['rows'])}")
         return state
 
     def _write(self, metrics: pd.DataFrame, wall: float, resumed_from: int) -> dict:
@@ -304,9 +302,9 @@ class ParameterServer:
             "resumed_from_iteration": resumed_from,
         }
         write_json(out, result)
-        print(f"{job.policy}: {len(metrics)} iterations in {wall:.2f} s, "
+        logger.info(f"{job.policy}: {len(metrics)} iterations in {wall:.2f} s, "
               f"{result['gradients_per_s']:.1f} gradients/s, dead workers "
-              f"{[d['worker'] for d in self.dead]} -> {out}", flush=True)
+              f"{[d['worker'] for d in self.dead]} -> {out}")
         return result
 
 

@@ -19,8 +19,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from bdsgd.errors import UserError
-
 PARAMS, STOP = 0.0, 1.0
 HEADER = 3  # t, compute_s, loss
 HEARTBEAT_EVERY = 0.2  # seconds between a worker's heartbeats
@@ -82,22 +80,6 @@ class Heartbeats:
             elif now - since > self.timeout:
                 out.append(r)
         return out
-
-
-def rank_device(name: str, local: int) -> torch.device:
-    """This rank's device for ``train.device`` (auto, cpu or cuda). The ranks of a node take its
-    GPUs in turn by local rank: one each where there are enough, shared round robin where not.
-    Messages stay on the host either way (the package docstring says why)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise UserError("config", "train.device", "cuda was asked for, and this machine has no "
-                        "CUDA device")
-    device = torch.device("cuda", local % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    return device
 
 
 def flat(tensors) -> torch.Tensor:

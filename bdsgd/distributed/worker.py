@@ -22,9 +22,9 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from bdsgd.distributed.wire import HEARTBEAT_EVERY, PARAMS, STOP, Job, flat
-from bdsgd.tasks import load_task
+from bdsgd.sgd import backward
+from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import read_trace
-from bdsgd.training.common import WorkerStreams, backward
 
 SLICE_S = 0.005  # how often a waiting worker looks at its inbox
 

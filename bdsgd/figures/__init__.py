@@ -3,9 +3,15 @@
 The figure list, its one home: what ``render.render_all`` (``bdsgd figures``) writes, name ->
 (file in the figure folder, caption in workflow/report/, report category). The workflow's
 targets and report entries come from it, and from ``bdsgd.traces.TRACE_FIGURES``. Every figure
-is listed by its PNG and written as a PDF beside it (``figure_files``). Plain data, so that
-reading it (every workflow parse) imports no plotting library.
+is listed by its PNG and written as a PDF beside it (``figure_files``, ``bdsgd.plotting``, which
+saves every figure). Plain data, so that reading it (every workflow parse) imports no plotting
+library.
 """
+
+from bdsgd.plotting import FIGURE_FORMATS, figure_files
+
+__all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "FALLBACK_COLOURS",
+           "EXPLORE_PREFIX"]
 
 FIGURES = {
     "summary": ("summary.csv", "summary.rst", "Tables"),
@@ -18,17 +24,6 @@ FIGURES = {
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
 }
-
-# Every figure is written in each of these formats; FIGURES lists the first (the report shows it).
-FIGURE_FORMATS = ("png", "pdf")
-
-
-def figure_files(file: str) -> list[str]:
-    """Every file written for one FIGURES entry: a table itself, a figure in each format."""
-    stem, _, ext = file.rpartition(".")
-    if ext != FIGURE_FORMATS[0]:
-        return [file]
-    return [f"{stem}.{fmt}" for fmt in FIGURE_FORMATS]
 
 
 # One fixed colour per policy (and per training mode that is no cutoff policy), the same in
@@ -52,7 +47,3 @@ POLICY_COLOURS = {
 }
 FALLBACK_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
 EXPLORE_PREFIX = "explore-"
-
-# Training modes that are not cutoff policies (bdsgd.training): no cutoff to draw, and their
-# metrics rows are rounds of about n applied gradients rather than iterations.
-NON_CUTOFF_MODES = ("async", "cyclic")

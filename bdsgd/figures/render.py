@@ -7,7 +7,8 @@
     throughput/<trace>/throughput.json, decisions.parquet
     runs/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
 
-and writes every figure as PNG and PDF plus ``summary.csv`` (one row per convergence run) and
+(found through ``bdsgd.layout``, as the workflow lays them out) and writes every figure as PNG
+and PDF (``bdsgd.plotting``) plus ``summary.csv`` (one row per convergence run) and
 ``throughput_summary.csv`` (one row per trace x policy x rule). The tables hold no wall-clock
 numbers, so two runs of the same commit and config give byte-identical tables; the PDFs carry no
 creation date, so they too repeat byte for byte on the same library versions.
@@ -19,6 +20,7 @@ Each policy has one fixed colour in every figure (``policy_style``, from
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import matplotlib
@@ -34,13 +36,19 @@ from bdsgd.errors import UserError  # noqa: E402
 from bdsgd.figures import (  # noqa: E402
     EXPLORE_PREFIX,
     FALLBACK_COLOURS,
-    FIGURE_FORMATS,
     FIGURES,
-    NON_CUTOFF_MODES,
     POLICY_COLOURS,
 )
 from bdsgd.figures.stats import time_to_target_stats  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
+from bdsgd.layout import ANY, Layout  # noqa: E402
+from bdsgd.plotting import save_figure  # noqa: E402
+
+# the training modes that are no cutoff policy: no cutoff to draw, and their metrics rows are
+# rounds of about n applied gradients rather than iterations
+from bdsgd.schedules import MODES  # noqa: E402
+
+logger = logging.getLogger(__name__)
 from bdsgd.traces.io import META_KEY  # noqa: E402
 
 # A public contract: columns may be appended, never removed or reordered.
@@ -53,25 +61,12 @@ THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to
 OPTIONAL_METRICS = ("gradients", "staleness")
 FLOAT_FORMAT = "%.10g"
 BAND_POINTS = 200  # grid points a curve over seeds is interpolated onto
-# No creation date in the PDF: the same figure gives the same bytes.
-SAVE_OPTIONS = {"png": {"dpi": 130}, "pdf": {"metadata": {"CreationDate": None}}}
 
 
 def _need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
     if not paths:
         raise UserError(str(results_dir), what, f"no {what} results found under {results_dir}")
     return sorted(paths)
-
-
-def _save(fig, path: Path) -> list[Path]:
-    """Write the figure as ``path`` (its PNG) and beside it in every other FIGURE_FORMATS."""
-    fig.tight_layout()
-    paths = [path.with_suffix(f".{fmt}") for fmt in FIGURE_FORMATS]
-    for out in paths:
-        fmt = out.suffix.lstrip(".")
-        write_with(out, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, **SAVE_OPTIONS[fmt]))
-    plt.close(fig)
-    return paths
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> list[Path]:
@@ -109,10 +104,11 @@ def _window(rows: int) -> int:
 def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary: one row per run, metrics: every row of every run, with task, policy, seed)."""
     rows, metrics = [], []
-    for result in _need(list(results_dir.glob("runs/*/*/seed*/result.json")), results_dir, "runs"):
+    layout = Layout(str(results_dir))
+    for result in _need(layout.find(layout.run("result.json", ANY, ANY, ANY)), results_dir, "runs"):
         summary = json.loads(result.read_text())["summary"]
         rows.append({k: summary.get(k) for k in SUMMARY_COLUMNS})
-        run = pd.read_parquet(result.with_name("metrics.parquet"))
+        run = pd.read_parquet(result.with_name("metrics.parquet"))  # beside it (Layout.run)
         for column in OPTIONAL_METRICS:
             if column not in run:
                 run[column] = np.nan
@@ -125,14 +121,14 @@ def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per trace x policy x rule, per-iteration decisions of every trace)."""
     rows, decisions = [], []
-    paths = _need(list(results_dir.glob("throughput/*/throughput.json")), results_dir, "throughput")
-    for path in paths:
+    layout = Layout(str(results_dir))
+    for path in _need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
         trace = path.parent.name
         for name, entry in json.loads(path.read_text())["policies"].items():
             rows.append({"trace": trace, "policy": name.split("/")[0],
                          "rule": entry.get("rule") or "", **{
                              k: entry.get(k) for k in THROUGHPUT_COLUMNS[3:]}})
-        dec = path.with_name("decisions.parquet")
+        dec = Path(layout.throughput(trace, "decisions.parquet"))
         if dec.exists():
             decisions.append(pd.read_parquet(dec).assign(trace=trace))
     # With --rule both, a predictive policy appears under its default rule (plain name) and as
@@ -217,7 +213,7 @@ def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -
                ylabel="test accuracy")
         ax.legend(fontsize=8)
         _time_to_target_panel(bar_ax, stats[stats["task"] == task])
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def loss_curves(metrics: pd.DataFrame, path: Path) -> list[Path]:
@@ -230,19 +226,19 @@ def loss_curves(metrics: pd.DataFrame, path: Path) -> list[Path]:
             runs = _smoothed(runs, "train_loss")
             _band(it_ax, runs, "iteration", "train_loss", policy)
             _band(time_ax, runs, "virtual_time_s", "train_loss", policy)
-        modes = ", ".join(sorted(set(sub["policy"]) & set(NON_CUTOFF_MODES)))  # rows are rounds
+        modes = ", ".join(sorted(set(sub["policy"]) & set(MODES)))  # rows are rounds
         it_ax.set(title=f"{task}: training loss vs iterations", ylabel="training loss (smoothed)",
                   xlabel="iteration" + (f" ({modes}: round of n gradients)" if modes else ""))
         time_ax.set(title=f"{task}: training loss vs virtual time",
                     xlabel="virtual wall-clock time (s)")
         it_ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def training_cutoff(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
     """Per task: the cutoff each cutoff policy chose during training, iteration by iteration
     (mean over seeds: thin raw, thick rolling mean). async and cyclic have no cutoff: left out."""
-    cutoff_runs = metrics[~metrics["policy"].isin(NON_CUTOFF_MODES)]
+    cutoff_runs = metrics[~metrics["policy"].isin(MODES)]
     tasks, axes, fig = _tasks(metrics, 10, 3.4)
     for ax, task in zip(axes[:, 0], tasks, strict=True):
         sub = cutoff_runs[cutoff_runs["task"] == task]
@@ -261,7 +257,7 @@ def training_cutoff(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) ->
             ax.legend(fontsize=7, ncol=4)
         ax.set(title=f"{task}: cutoff during training (mean over seeds)", xlabel="iteration",
                ylabel="cutoff c (gradients accepted)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> list[Path]:
@@ -281,13 +277,13 @@ def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> list[Path]:
         ax.set(title=f"{trace}: cutoff over time (n = {int(sub['cutoff'].max())} at most)",
                xlabel="iteration of the replayed (test) part", ylabel="cutoff c (gradients accepted)")
         ax.legend(fontsize=7, ncol=4)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
     """Throughput relative to the exact hindsight oracle, per policy (and rule): a panel per
     trace, each bar in its policy's colour."""
-    rows = table[~table["policy"].isin(["oracle", *NON_CUTOFF_MODES])]
+    rows = table[~table["policy"].isin(["oracle", *MODES])]
     # a long name breaks after its first hyphen, so neighbouring labels do not run together
     name = rows["policy"].str.replace("-", "-\n", n=1, regex=False)
     rows = rows.assign(label=np.where(rows["rule"] == "", name, name + "\n" + rows["rule"]))
@@ -303,12 +299,13 @@ def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
                title=f"{trace}: throughput of each policy (accepted gradients per second)")
         ax.axhline(1.0, color="k", lw=0.8)
     axes[-1, 0].set_xlabel("policy (decision rule)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def runtime_distributions(results_dir: Path, path: Path) -> list[Path]:
     """Empirical CDF of every trace's run-times over its median (log scale: the tail matters)."""
-    paths = _need(list(results_dir.glob("traces/*/trace.parquet")), results_dir, "traces")
+    layout = Layout(str(results_dir))
+    paths = _need(layout.find(layout.trace(ANY)), results_dir, "traces")
     fig, ax = plt.subplots(figsize=(7, 4))
     for trace_path in paths:
         x = pd.read_parquet(trace_path, columns=["runtime_s"])["runtime_s"].to_numpy()
@@ -317,19 +314,20 @@ def runtime_distributions(results_dir: Path, path: Path) -> list[Path]:
     ax.set(xscale="log", xlabel="run-time / median run-time", ylabel="empirical CDF",
            title="worker run-time distributions")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _time_unit(results_dir: Path, trace: str) -> str:
     """The run-time unit of a trace, from its test part's metadata ("s" when it has none)."""
-    test = results_dir / "traces" / trace / "test.parquet"
+    test = Path(Layout(str(results_dir)).trace(trace, "test"))
     raw = (pq.read_schema(test).metadata or {}).get(META_KEY) if test.is_file() else None
     return json.loads(raw).get("time_unit", "s") if raw else "s"
 
 
 def model_predictions(results_dir: Path, path: Path) -> list[Path]:
     """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out."""
-    paths = _need(list(results_dir.glob("models/*/predictions.parquet")), results_dir,
+    layout = Layout(str(results_dir))
+    paths = _need(layout.find(layout.model(ANY, "predictions.parquet")), results_dir,
                   "model predictions")
     fig, axes = plt.subplots(len(paths), 1, figsize=(10, 3.2 * len(paths)), squeeze=False)
     for ax, pred_path in zip(axes[:, 0], paths, strict=True):
@@ -346,7 +344,7 @@ def model_predictions(results_dir: Path, path: Path) -> list[Path]:
                xlabel="iteration (test part)",
                ylabel=f"run-time ({_time_unit(results_dir, pred_path.parent.name)})")
         ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
@@ -369,5 +367,5 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *model_predictions(results_dir, path["model_predictions"]),
     ]
     for path in written:
-        print(f"wrote {path}")
+        logger.info(f"wrote {path}")
     return written

@@ -21,11 +21,10 @@ error on order statistic r, in log run-time, is
 and its score is the Gaussian log-likelihood of those errors at a common scale s
 (``policies.score_scale``), l_k = -1/(2 s^2) * 1/n sum_r e_k,r^2. Squared error is the proper
 score of a mean, so the weights follow the forecast of E[x_(c)] that comes true, not the whole
-predictive distribution: a density (log) score judged the spread and the tails as well, and on
-the simulator's mixed scenario it moved the weight to ewma for a stretch whose distribution
-ewma predicted better and whose cutoffs were worse (benchmarks/README.md, "Averaging"). The
-mean over r, not the sum, because n order statistics of one iteration share most of their
-evidence.
+predictive distribution: a density (log) score would judge the spread and the tails as well,
+which the rule never reads, and reward a component whose cutoffs are worse (docs/decisions.md,
+"Scores"). The mean over r, not the sum, because n order statistics of one iteration share most
+of their evidence.
 
 The weights are a posterior with forgetting,
 

@@ -23,9 +23,8 @@ from bdsgd.policies.progress import OBJECTIVES, GradientNoise, worth
 
 # Worker-draws per decision a Monte Carlo predictor affords at least, S = max(samples,
 # DRAW_BUDGET / n): a small cluster gets more draws where they are cheap. E[x_(n)] of a heavy tail
-# is noisy at S = 64, and the argmax over noisy E[x_(c)] favours the cutoffs whose noise flatters
-# them (on a calm 16-worker cluster, bayes at S = 64 cut the slowest worker ~30 times in 500
-# iterations, 0.11 point behind sync; at 512, 0.02).
+# is noisy with few draws, and the argmax over noisy E[x_(c)] favours the cutoffs whose noise
+# flatters them (docs/decisions.md, "Draws per decision").
 DRAW_BUDGET = 8192
 
 

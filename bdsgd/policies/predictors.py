@@ -180,10 +180,9 @@ class PerWorkerLevel:
     stays above tau and its residuals are 0: it is forecast at its level, as slow as it was last
     seen. Imputing at the bound itself (negative for a worker believed slower than tau) would
     instead forecast it at the cutoff time, as fast as the c-th worker, and the rule would wait
-    for it again (a 5x straggler among 8 workers: in 3-4 % of iterations, 7-10 % of throughput
-    lost). The price: an always-cut worker's spread is taken as none, and a cut worker
-    that is faster than its level is not seen to be, until it beats the cutoff again and its
-    value is observed.
+    for it again (docs/decisions.md). The price: an always-cut worker's spread is taken as none,
+    and a cut worker that is faster than its level is not seen to be, until it beats the cutoff
+    again and its value is observed.
     """
 
     def __init__(self, n_workers: int, alpha: float, window: int):

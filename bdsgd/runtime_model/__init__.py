@@ -6,7 +6,10 @@ for Nonlinear State Space Models", AAAI) of the workers' run-times. One module p
 Pyro's deep Markov model example (examples/dmm.py): ``transition`` p(z_t | z_{t-1}), ``emitter``
 p(x_t | z_t), ``inference`` q(g_t | x_{1:t}), ``filtering`` the rest of q(z_t | x_{1:t}),
 ``sampling`` the generative next step, ``model`` the composition and its objective,
-``checkpoint`` the model on disk, ``train`` the fit.
+``checkpoint`` the model on disk, ``train`` the fit. A factor sees only its own parameters; the
+functions of ``filtering`` and ``sampling`` take the factors they call and ``parameters``'
+StepParameters (what a step reads of the parameters, computed once), never the composite
+``model.RuntimeModel``, which sits on top and composes them: no module imports one above it.
 
 Run-times are divided by the training trace's median m (kept in the checkpoint), so the model is
 unit-free: x~_{t,w} = x_{t,w} / m for iteration t and worker w = 1..n. The emitter is Gaussian in

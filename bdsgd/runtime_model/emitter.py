@@ -21,14 +21,26 @@ iterations), so that a spike seen twice is still a stall and not an episode.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bdsgd.runtime_model.gaussian import softplus
+from bdsgd.runtime_model.gaussian import Mixture, softplus, stack
 
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
+
+
+class StallParameters(NamedTuple):
+    """The emitter's parts (normal, long stall, short stall) and B's chain: ``shift``
+    (0, delta, delta_s), added variances ``var`` (0, s_st^2, 0), the short stall's ``rate``
+    lambda and ``probs`` (pi, pi_s, kappa) (``Emitter.stall_probs``)."""
+
+    shift: torch.Tensor
+    var: torch.Tensor
+    rate: torch.Tensor
+    probs: torch.Tensor
 
 
 class Emitter(nn.Module):
@@ -80,13 +92,24 @@ class Emitter(nn.Module):
         """(pi, pi_s, kappa): a long stall; a short one starts, goes on."""
         return torch.sigmoid(torch.stack([self.stall_logit, self.short_logit, self.short_stay_logit]))
 
-    def stall_parts(self):
+    def stall_parameters(self) -> StallParameters:
         """Per part (normal, long stall, short stall): shifts (0, delta, delta_s), added
         variances (0, s_st^2, 0); the short stall's rate lambda; ``stall_probs``."""
         zero = torch.zeros(())
         shift = torch.stack([zero, F.softplus(self.stall_shift), F.softplus(self.short_shift)])
         var = torch.stack([zero, (2 * self.stall_log_scale).exp(), zero])
-        return shift, var, self.short_log_rate.exp(), self.stall_probs()
+        return StallParameters(shift, var, self.short_log_rate.exp(), self.stall_probs())
+
+    def mixture(self, g: torch.Tensor, u: torch.Tensor, p_short: torch.Tensor,
+                projected: tuple[torch.Tensor, ...], stall: StallParameters) -> Mixture:
+        """p(v_t | g_t, u_t): the three parts at level f(g, e_w) + u (..., n), with each worker's
+        P(B_t = 1) = ``p_short`` (..., n). ``projected``: ``project(embedding)``; ``stall``:
+        ``stall_parameters()``."""
+        loc, scale = self(g, projected)
+        shift, stall_var = stack(stall.shift, loc), stack(stall.var, loc)
+        return Mixture(loc + u + shift, scale**2 + stall_var,
+                       self.part_log_w(p_short, stall.probs), torch.zeros_like(shift), u,
+                       stall.rate)
 
     @staticmethod
     def part_log_w(p_short, probs):

@@ -35,18 +35,18 @@ def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int,
     gen = torch.Generator().manual_seed(seed)
     x_all = torch.as_tensor(trace.runtimes / model.scale_s, dtype=torch.float32)
     no_censoring = torch.zeros(x_all.shape[1], dtype=torch.bool)
-    state, parts = model.eval().initial_state(1), model.parts()
+    state, params = model.eval().initial_state(1), model.step_parameters()
     loglik, lo50, hi50, lo90, hi90, mean = [], [], [], [], [], []
     for t in range(x_all.shape[0]):
-        mix = model.predictive(state, samples, gen, parts)  # (components, S, n)
-        joint = model.log_likelihood(mix, x_all[t], no_censoring, parts)  # (S,)
+        mix = model.predictive(state, samples, gen, params)  # (components, S, n)
+        joint = model.log_likelihood(mix, x_all[t], no_censoring, params)  # (S,)
         loglik.append(float(torch.logsumexp(joint, 0)) - math.log(samples))
-        draws = model.emitter.unspace(model.draws(state, samples, gen, parts)).sort(dim=-1).values
+        draws = model.emitter.unspace(model.draws(state, samples, gen, params)).sort(dim=-1).values
         q = torch.quantile(draws, torch.tensor([0.05, 0.25, 0.75, 0.95]), dim=0)
         for out, row in zip((lo90, lo50, hi50, hi90), q, strict=True):
             out.append(row.numpy())
         mean.append(draws.mean(0).numpy())
-        state = model.step(state, x_all[t][None], no_censoring[None], parts)
+        state = model.step(state, x_all[t][None], no_censoring[None], params)
     realised = np.sort(x_all.numpy(), axis=1)
     mean = np.array(mean)
     n = x_all.shape[1]

@@ -14,15 +14,14 @@ parameters, so it behaves the same in states that training never visited.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
+from bdsgd.runtime_model.emitter import Emitter
 from bdsgd.runtime_model.gaussian import EMITTER_PARTS, SHORT, Mixture, above, log_phi, stack
-from bdsgd.runtime_model.transition import Nodes
-
-if TYPE_CHECKING:
-    from bdsgd.runtime_model.model import Parts, RuntimeModel
+from bdsgd.runtime_model.inference import InferenceNetwork
+from bdsgd.runtime_model.parameters import StepParameters
+from bdsgd.runtime_model.transition import Nodes, Transition
 
 
 @dataclass
@@ -38,16 +37,47 @@ class FilterState:
     p_b: torch.Tensor  # (B, n) P(B_{t,w} = 1 | x_{1:t}): worker w is in a short stall
 
 
-def filter_step(model: RuntimeModel, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
-                parts: Parts) -> FilterState:
-    """q(z_t | x_{1:t}) from q(z_{t-1} | x_{1:t-1}) and x_t (B, n), normalised; where
-    ``censored``, x holds the cutoff time tau~ instead."""
-    h = model.inference.summarise(s.h, x.log(), censored, parts.phi_e)
-    mu_g, var_g = model.inference.combine_g(model.transition.predict_g(s)[0], h)
-    mix = model.mixture(mu_g, s, parts)
-    mu_u, var_u, _, p_c, p_b = worker_update(mix, model.emitter.space(x), censored, model.nodes,
-                                             parts.log_w_j)
+def filter_step(inference: InferenceNetwork, transition: Transition, emitter: Emitter,
+                nodes: Nodes, params: StepParameters, s: FilterState, x: torch.Tensor,
+                censored: torch.Tensor) -> FilterState:
+    """q(z_t | x_{1:t}) from q(z_{t-1} | x_{1:t-1}) ``s`` and x_t (B, n), normalised; where
+    ``censored``, x holds the cutoff time tau~ instead. g's part is the inference network's at
+    the transition's prior mean, u's, C's and B's ``worker_update`` through
+    ``predictive_mixture`` at g = mu^g_t."""
+    h = inference.summarise(s.h, x.log(), censored, params.phi_e)
+    mu_g, var_g = inference.combine_g(transition.predict_g(s.mu_g, s.var_g)[0], h)
+    mix = predictive_mixture(emitter, nodes, params, s, mu_g)
+    mu_u, var_u, _, p_c, p_b = worker_update(mix, emitter.space(x), censored, nodes,
+                                             params.log_w_j)
     return FilterState(h, mu_g, var_g, mu_u, var_u, p_c, p_b)
+
+
+def predictive_mixture(emitter: Emitter, nodes: Nodes, params: StepParameters, s: FilterState,
+                       g: torch.Tensor) -> Mixture:
+    """p(v_t | g_t, x_{1:t-1}): the node's episode C_t (off, on) x u_t's three regimes x the
+    emitter's three parts, given q(z_{t-1}) ``s`` and the cluster state g (..., d).
+
+    u_t's prior is the transition's step (``Transition.carry_u`` plus the regime's variance) of
+    q(u_{t-1}), C_t's and B_t's the chains' one step from P(C_{t-1} = 1) and P(B_{t-1} = 1);
+    the emitter's mixture (``Emitter.mixture``) sits at u_t's prior mean, and the variance of
+    u_t is added to each component's.
+    """
+    mu_u, var_u = Transition.carry_u(s.mu_u, s.var_u, params.rho)
+    p_short = Transition.stall_chain(params.stall.probs).predict(s.p_b).clamp(1e-7, 1 - 1e-7)
+    emitted = emitter.mixture(g, mu_u, p_short, params.emitter_e, params.stall)
+    step = stack(params.step, emitted.mean[0])
+    log_w_u = stack(params.log_w_u, emitted.mean[0])
+    k = len(params.step)
+    u_var = (var_u + step).repeat_interleave(len(params.stall.shift), 0)
+    mean = emitted.mean.repeat(k, *([1] * mu_u.dim()))
+    var = u_var + emitted.var.repeat(k, *([1] * mu_u.dim()))
+    log_w = (log_w_u[:, None] + emitted.log_w[None]).flatten(0, 1)
+    p_c = Transition.episode_chain(params.switch).predict(s.p_c).clamp(1e-7, 1 - 1e-7)
+    log_p_c = torch.stack([(-p_c).log1p(), p_c.log()])  # (2, ..., K)
+    shift, extra = params.episode
+    return Mixture(torch.cat([mean, mean + shift]), torch.cat([var, var + extra]),
+                   torch.cat([log_w + nodes.spread(c) for c in log_p_c]),
+                   torch.cat([u_var, u_var]), emitted.u_mean, emitted.rate, log_p_c)
 
 
 def node_posterior(log_joint: torch.Tensor, nodes: Nodes, log_w_j: torch.Tensor,

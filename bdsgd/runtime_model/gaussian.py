@@ -61,8 +61,8 @@ class Mixture:
     p_k = N(mean_k, var_k) for the first two and N(mean_k, var_k) + Exp(rate) (an exponentially
     modified Gaussian) for a short stall. var_k = u_var_k + the emitter's variance, u_var_k the
     prior variance of u in that component. w_k is each worker's marginal weight; ``log_p_c`` is
-    the node-level prior of the episode C that the weights of ``RuntimeModel.mixture`` include
-    (per worker), for the node's joint likelihood."""
+    the node-level prior of the episode C that the weights of ``filtering.predictive_mixture``
+    include (per worker), for the node's joint likelihood."""
 
     mean: torch.Tensor  # (K, ..., n)
     var: torch.Tensor  # (K, ..., n)

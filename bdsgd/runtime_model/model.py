@@ -1,9 +1,12 @@
 """``RuntimeModel``: the factors composed into the model of the package docstring, its objective
-(the ELBO) and its one-step predictive."""
+(the ELBO) and its one-step predictive.
+
+The composite sits on top: it owns the factors (``transition``, ``emitter``, ``inference``), the
+workers' embeddings and nodes, and passes them, with ``step_parameters``, to the functions of
+``filtering`` and ``sampling``, none of which sees it.
+"""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -11,32 +14,19 @@ from torch import nn
 
 from bdsgd.config import ModelConfig
 from bdsgd.runtime_model.emitter import Emitter
-from bdsgd.runtime_model.filtering import FilterState, filter_step, node_posterior, observe_components
-from bdsgd.runtime_model.gaussian import Mixture, gaussian_entropy, stack
+from bdsgd.runtime_model.filtering import (
+    FilterState,
+    filter_step,
+    node_posterior,
+    observe_components,
+    predictive_mixture,
+)
+from bdsgd.runtime_model.gaussian import Mixture, gaussian_entropy
 from bdsgd.runtime_model.inference import InferenceNetwork
-from bdsgd.runtime_model.sampling import next_step, sample_trace
+from bdsgd.runtime_model.parameters import StepParameters
+from bdsgd.runtime_model.sampling import next_step, sample_runtimes
 from bdsgd.runtime_model.transition import Nodes, Transition
-from bdsgd.traces.schema import Trace
-
-
-@dataclass
-class Parts:
-    """Everything that does not depend on the data: the scalar parameters of u's regimes and the
-    emitter's stall, and the workers' embeddings projected through the layers they enter.
-    Computed once per training sequence batch or per predictor, not once per iteration."""
-
-    step: torch.Tensor  # (q_u, q_j, q_r)
-    log_w_u: torch.Tensor  # log P(regime): stay, jump, reset
-    log_w_j: torch.Tensor  # log P(J): (log(1 - p_j), log p_j), the node's jump indicator
-    rho: torch.Tensor  # () the pull of each worker's level towards the workers' mean
-    switch: torch.Tensor  # (p_on, p_off) of a node's episode C
-    episode: torch.Tensor  # (delta_c, s_c^2): an episode's shift of v and its added variance
-    shift: torch.Tensor  # (0, delta, delta_s): each emitter part's shift of v
-    stall_var: torch.Tensor  # (0, s_st^2, 0): its added variance
-    stall_rate: torch.Tensor  # () lambda, the rate of a short stall's exponential length
-    stall_probs: torch.Tensor  # (pi, pi_s, kappa): a long stall; a short one starts, goes on
-    emitter_e: tuple[torch.Tensor, ...]  # ``Emitter.project``
-    phi_e: torch.Tensor  # (n, H) ``InferenceNetwork.project``
+from bdsgd.traces.schema import Trace, from_arrays
 
 
 class RuntimeModel(nn.Module):
@@ -72,56 +62,28 @@ class RuntimeModel(nn.Module):
             p_b=tr.stall_chain(self.emitter.stall_probs()).stationary() * torch.ones(batch, n),
         )
 
-    def parts(self) -> Parts:
-        return Parts(*self.transition.u_regimes(), self.transition.rho,
-                     *self.transition.episode_parts(),
-                     *self.emitter.stall_parts(), self.emitter.project(self.embedding),
-                     self.inference.project(self.embedding))
-
-    def emission(self, g: torch.Tensor, u: torch.Tensor, p_short: torch.Tensor,
-                 parts: Parts) -> Mixture:
-        """p(v_t | g_t, u_t): the emitter's three parts at level f(g, e_w) + u, with each
-        worker's P(B_t = 1) = ``p_short`` (..., n)."""
-        loc, scale = self.emitter(g, parts.emitter_e)
-        shift, stall_var = stack(parts.shift, loc), stack(parts.stall_var, loc)
-        return Mixture(loc + u + shift, scale**2 + stall_var,
-                       self.emitter.part_log_w(p_short, parts.stall_probs),
-                       torch.zeros_like(shift), u, parts.stall_rate)
-
-    def mixture(self, g: torch.Tensor, s: FilterState, parts: Parts | None = None) -> Mixture:
-        """p(v_t | g_t, x_{1:t-1}): the node's episode C_t (off, on) x u_t's three regimes x the
-        emitter's three parts, given q(z_{t-1}) ``s`` and the cluster state g (..., d)."""
-        parts = parts or self.parts()
-        tr = self.transition
-        mu_u, var_u = tr.carry_u(s.mu_u, s.var_u, parts.rho)
-        p_short = tr.stall_chain(parts.stall_probs).predict(s.p_b).clamp(1e-7, 1 - 1e-7)
-        part = self.emission(g, mu_u, p_short, parts)
-        step, log_w_u = stack(parts.step, part.mean[0]), stack(parts.log_w_u, part.mean[0])
-        k = len(parts.step)
-        u_var = (var_u + step).repeat_interleave(len(parts.shift), 0)
-        mean = part.mean.repeat(k, *([1] * mu_u.dim()))
-        var = u_var + part.var.repeat(k, *([1] * mu_u.dim()))
-        log_w = (log_w_u[:, None] + part.log_w[None]).flatten(0, 1)
-        p_c = tr.episode_chain(parts.switch).predict(s.p_c).clamp(1e-7, 1 - 1e-7)
-        log_p_c = torch.stack([(-p_c).log1p(), p_c.log()])  # (2, ..., K)
-        shift, extra = parts.episode
-        return Mixture(torch.cat([mean, mean + shift]), torch.cat([var, var + extra]),
-                       torch.cat([log_w + self.nodes.spread(c) for c in log_p_c]),
-                       torch.cat([u_var, u_var]), part.u_mean, part.rate, log_p_c)
+    def step_parameters(self) -> StepParameters:
+        """The factors' parameters as a step reads them (``parameters``): computed once per
+        training batch or per predictor, not once per iteration."""
+        return StepParameters(*self.transition.u_regimes(), self.transition.rho,
+                              *self.transition.episode_parameters(),
+                              self.emitter.stall_parameters(), self.emitter.project(self.embedding),
+                              self.inference.project(self.embedding))
 
     def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
-             parts: Parts | None = None) -> FilterState:
-        """One filtering step (``filtering.filter_step``). ``parts``: the model's scalar
-        parameters, when the caller has them already (the policy's predictor)."""
-        return filter_step(self, s, x, censored, parts or self.parts())
+             params: StepParameters | None = None) -> FilterState:
+        """One filtering step (``filtering.filter_step``). ``params``: ``step_parameters()``,
+        when the caller has them already (the policy's predictor)."""
+        return filter_step(self.inference, self.transition, self.emitter, self.nodes,
+                           params or self.step_parameters(), s, x, censored)
 
     def log_likelihood(self, mix: Mixture, x: torch.Tensor, censored: torch.Tensor,
-                       parts: Parts) -> torch.Tensor:
+                       params: StepParameters) -> torch.Tensor:
         """log p(x) of all workers under ``mix`` (..., n) (log P(X > x) where censored), as a
         density over x~ (the lognormal's Jacobian included)."""
         v = self.emitter.space(x)
         log_joint = mix.log_w + observe_components(mix, v, censored)[0]
-        log_norm = node_posterior(log_joint, self.nodes, parts.log_w_j, mix.log_p_c)[1]
+        log_norm = node_posterior(log_joint, self.nodes, params.log_w_j, mix.log_p_c)[1]
         if self.emitter.emission == "lognormal":
             log_norm = log_norm - torch.where(censored, 0.0, v).sum(-1)
         return log_norm
@@ -139,38 +101,48 @@ class RuntimeModel(nn.Module):
         term = term or self.elbo_term
         s = self.initial_state(x.shape[0])
         total = torch.zeros(x.shape[0])
-        parts = self.parts()
+        params = self.step_parameters()
         for t in range(x.shape[1]):
             noise = torch.randn(s.mu_g.shape, generator=generator)
             s, value = term(s, seen_x[:, t], seen_censored[:, t], x[:, t], censored[:, t], noise,
-                            parts)
+                            params)
             total = total + value
         return total
 
     def elbo_term(self, s: FilterState, seen_x, seen_censored, x, censored, noise,
-                  parts: Parts) -> tuple[FilterState, torch.Tensor]:
+                  params: StepParameters) -> tuple[FilterState, torch.Tensor]:
         """One iteration of ``elbo``: the filtering step on what was seen, then the score of x_t
         at g_t = mu^g_t + sigma^g_t noise, a draw of q(g_t) (``noise`` (B, d) standard normal,
         drawn outside: a seeded generator would break a compiled graph)."""
-        new = self.step(s, seen_x, seen_censored, parts)
-        mix = self.mixture(new.mu_g + new.var_g.sqrt() * noise, s, parts)
-        value = (self.log_likelihood(mix, x, censored, parts) + gaussian_entropy(new.var_g)
-                 + self.transition.log_prior_g(s, new.mu_g, new.var_g))
+        new = self.step(s, seen_x, seen_censored, params)
+        mix = predictive_mixture(self.emitter, self.nodes, params, s,
+                                 new.mu_g + new.var_g.sqrt() * noise)
+        value = (self.log_likelihood(mix, x, censored, params) + gaussian_entropy(new.var_g)
+                 + self.transition.log_prior_g(s.mu_g, s.var_g, new.mu_g, new.var_g))
         return new, value
 
     def predictive(self, s: FilterState, samples: int, generator=None,
-                   parts: Parts | None = None) -> Mixture:
+                   params: StepParameters | None = None) -> Mixture:
         """p(v_{t+1} | x_{1:t}) as S draws of g_{t+1}, each with every worker's exact mixture
-        (u_{t+1} integrated out): a Mixture of shape (18, S, n)."""
-        mu_g, var_g = self.transition.predict_g(s)
+        (u_{t+1} integrated out, ``filtering.predictive_mixture``): a Mixture of shape
+        (18, S, n)."""
+        mu_g, var_g = self.transition.predict_g(s.mu_g, s.var_g)
         g = mu_g + var_g.sqrt() * torch.randn((samples, mu_g.shape[-1]), generator=generator)
-        return self.mixture(g, s, parts)
+        return predictive_mixture(self.emitter, self.nodes, params or self.step_parameters(), s,
+                                  g)
 
     def draws(self, s: FilterState, samples: int, generator=None,
-              parts: Parts | None = None) -> torch.Tensor:
+              params: StepParameters | None = None) -> torch.Tensor:
         """S joint draws (S, n) of v_{t+1} | x_{1:t} (``sampling.next_step``)."""
-        return next_step(self, s, samples, generator, parts or self.parts())[0]
+        return next_step(self.transition, self.emitter, self.nodes,
+                         params or self.step_parameters(), s, samples, generator)[0]
 
+    @torch.no_grad()
     def sample_trace(self, iterations: int, seed: int) -> Trace:
-        """A synthetic trace of ``iterations`` drawn from the model (``sampling.sample_trace``)."""
-        return sample_trace(self, iterations, seed)
+        """A synthetic trace of ``iterations`` drawn from the model, in the training trace's
+        unit and with its nodes (``sampling.sample_runtimes``)."""
+        x = sample_runtimes(self.transition, self.emitter, self.nodes, self.step_parameters(),
+                            self.initial_state(1), iterations, seed)
+        return from_arrays(x.double().numpy() * self.scale_s,
+                           meta={"source": "model-sample", "time_unit": self.time_unit,
+                                 "seed": seed}, node=self.node)

@@ -13,6 +13,7 @@ resumed run ends exactly where an uninterrupted one does.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from bdsgd.runtime_model.checkpoint import checkpoint
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.traces.schema import Trace
+
+logger = logging.getLogger(__name__)
 
 NON_LEAF_GRAD = "The .grad attribute of a Tensor that is not a leaf Tensor"
 
@@ -146,10 +149,10 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
                             f"({why}); delete it to start afresh") from None
         generator.set_state(state["generator"])
         start, losses = state["epoch"], list(state["losses"])
-        print(f"resuming from {ckpt_path} at epoch {start}")
+        logger.info(f"resuming from {ckpt_path} at epoch {start}")
 
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"training run-time model: n={trace.n_workers} workers, T={trace.n_iterations} "
+    logger.info(f"training run-time model: n={trace.n_workers} workers, T={trace.n_iterations} "
           f"iterations, {int(trace.censored.sum())} censored, median {m:.4g} "
           f"{model.time_unit}, {n_params} parameters, emission {cfg.emission}, "
           f"censoring {cfg.censoring}, seed {seed}")
@@ -176,5 +179,6 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
     ckpt_path.unlink(missing_ok=True)
     tracking.finish(wandb, {"final_elbo": -losses[-1], "epochs": epochs,
                             "parameters": n_params})
-    print(f"final ELBO per observation {-losses[-1]:.4f} (first epoch {-losses[0]:.4f}) -> {out}")
+    logger.info(f"final ELBO per observation {-losses[-1]:.4f} (first epoch {-losses[0]:.4f}) "
+                f"-> {out}")
     return out

@@ -8,7 +8,7 @@
     B_{t,w}: a two-state chain, on with pi_s, stays on with kappa   (a worker's short stall)
 
 The reset regime (p_r, q_r) is fixed, not learnt: it keeps the filter open to changes far larger
-than any the training trace had, which the learnt parts would otherwise explain away as stall
+than any the training trace had, which the learnt regimes would otherwise explain away as stall
 after stall. B's parameters are the emitter's (a short stall is one of its parts), its chain is
 this module's ``TwoStateChain``, as C's is.
 """
@@ -16,7 +16,7 @@ this module's ``TwoStateChain``, as C's is.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -24,9 +24,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from bdsgd.runtime_model.gaussian import gaussian_cross_entropy
-
-if TYPE_CHECKING:
-    from bdsgd.runtime_model.filtering import FilterState
 
 RESET_PROB, RESET_VAR = 1e-4, 4.0  # u's reset regime, p_r and q_r (a factor e^2 either way)
 MIN_OFF = 0.05  # an episode ends with probability >= 5 % per iteration (``Transition.switch``)
@@ -100,9 +97,10 @@ class Transition(nn.Module):
     def p0_u(self):
         return self.log_p0_u.exp()
 
-    def predict_g(self, s: FilterState):
-        """Moments of p(g_t | x_{1:t-1}): mean and the diagonal of A Sigma A^T + Q."""
-        return s.mu_g @ self.A.T + self.b, s.var_g @ (self.A**2).T + self.q_g
+    def predict_g(self, mu_g: torch.Tensor, var_g: torch.Tensor):
+        """Moments of p(g_t | x_{1:t-1}) from q(g_{t-1}) = N(mu_g, diag var_g): mean and the
+        diagonal of A Sigma A^T + Q."""
+        return mu_g @ self.A.T + self.b, var_g @ (self.A**2).T + self.q_g
 
     @staticmethod
     def carry_u(mu_u, var_u, rho):
@@ -128,7 +126,7 @@ class Transition(nn.Module):
         p_off = MIN_OFF + (1 - MIN_OFF) * torch.sigmoid(self.switch_logit[1])
         return torch.stack([p_off * torch.sigmoid(self.switch_logit[0]), p_off])
 
-    def episode_parts(self):
+    def episode_parameters(self):
         """(p_on, p_off) and (delta_c, s_c^2) of the episode C."""
         return self.switch(), torch.stack([F.softplus(self.episode_shift),
                                            self.episode_log_var.exp()])
@@ -145,7 +143,8 @@ class Transition(nn.Module):
         _, pi_s, kappa = probs
         return TwoStateChain(pi_s, kappa, 1 - kappa)
 
-    def log_prior_g(self, prev: FilterState, mu_g, var_g):
-        """E_q[log p(g_t | g_{t-1})] under q(g_{t-1}) q(g_t), per sequence (analytic)."""
-        return gaussian_cross_entropy(mu_g, var_g, prev.mu_g @ self.A.T + self.b,
-                                      prev.var_g @ (self.A**2).T, self.q_g)
+    def log_prior_g(self, prev_mu_g, prev_var_g, mu_g, var_g):
+        """E_q[log p(g_t | g_{t-1})] under q(g_{t-1}) = N(prev_mu_g, diag prev_var_g) and
+        q(g_t) = N(mu_g, diag var_g), per sequence (analytic)."""
+        return gaussian_cross_entropy(mu_g, var_g, prev_mu_g @ self.A.T + self.b,
+                                      prev_var_g @ (self.A**2).T, self.q_g)

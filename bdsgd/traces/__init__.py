@@ -2,7 +2,9 @@
 
 TRACE_FIGURES: the figures ``bdsgd traces plot`` (``plots.draw_trace_figures``) writes per trace,
 name -> (file, with {trace} for the trace's name; caption in workflow/report/; report category).
-Plain data here, so the workflow reads it without importing a plotting library.
+Each is listed by its PNG and written as a PDF beside it too, as every figure
+(``bdsgd.plotting.figure_files``). Plain data here, so the workflow reads it without importing a
+plotting library.
 """
 
 TRACE_FIGURES = {

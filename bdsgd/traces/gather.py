@@ -15,7 +15,7 @@
 
 Each worker loads the configured task, builds its model (same seed on every worker, so the
 replicas start identical) and takes real mini-batches from its own shard of the training set
-(a seeded permutation, dealt round-robin by rank). One iteration is
+(``bdsgd.tasks.WorkerStreams``, as the trainers deal it). One iteration is
 
     barrier                                   all workers start together
     forward + backward on the mini-batch      timed: compute_s
@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -52,30 +53,12 @@ import torch
 import torch.distributed as dist
 
 from bdsgd.config import GatherConfig
-from bdsgd.errors import UserError
+from bdsgd.devices import rank_env, select_device, slurm_rendezvous
+from bdsgd.errors import UserError, run_entry_point
+
+logger = logging.getLogger(__name__)
 
 WARMUP = 1  # untimed iterations before the trace starts
-
-
-def rank_env() -> dict[str, int] | None:
-    """Rank, world size and local rank from torchrun or srun; None when not launched as a worker."""
-    env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return {"rank": int(env["RANK"]), "world": int(env["WORLD_SIZE"]),
-                "local": int(env.get("LOCAL_RANK", 0)), "slurm": False}
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        return {"rank": int(env["SLURM_PROCID"]), "world": int(env["SLURM_NTASKS"]),
-                "local": int(env.get("SLURM_LOCALID", 0)), "slurm": True}
-    return None
-
-
-def slurm_rendezvous() -> None:
-    """MASTER_ADDR / MASTER_PORT for env:// under srun: the job's first node, a per-job port."""
-    if "MASTER_ADDR" not in os.environ:
-        hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                               capture_output=True, text=True, check=True).stdout.split()
-        os.environ["MASTER_ADDR"] = hosts[0]
-    os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ["SLURM_JOB_ID"]) % 20000))
 
 
 def _backend(name: str) -> str:
@@ -100,16 +83,14 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def _worker(cfg: GatherConfig, data_dir, seed: int, out: Path, iterations: int,
             ranks: dict[str, int]) -> None:
-    from bdsgd.tasks import load_task
+    from bdsgd.tasks import WorkerStreams, load_task
 
     torch.set_num_threads(1)
     rank, world, local = ranks["rank"], ranks["world"], ranks["local"]
     if ranks["slurm"]:
         slurm_rendezvous()
     backend = _backend(cfg.backend)
-    device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    device = select_device("cuda" if backend == "nccl" else "cpu", local)
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
     load = _start_background_load(cfg.background_load) if local == 0 else []
     try:
@@ -117,8 +98,10 @@ def _worker(cfg: GatherConfig, data_dir, seed: int, out: Path, iterations: int,
         torch.manual_seed(seed)
         model = task.make_model().to(device)
         loss_fn = torch.nn.CrossEntropyLoss()
-        order = np.random.default_rng(seed).permutation(len(task.train))
-        shard = order[rank::world]
+        try:
+            streams = WorkerStreams(len(task.train), world, cfg.batch_size, seed)
+        except ValueError as exc:
+            raise UserError("config", "gather.batch_size", f"{exc} of {cfg.task}") from None
 
         def sync() -> None:
             if device.type == "cuda":
@@ -129,7 +112,7 @@ def _worker(cfg: GatherConfig, data_dir, seed: int, out: Path, iterations: int,
 
         timings = torch.zeros(iterations, 2, dtype=torch.float64)
         for it in range(WARMUP + iterations):
-            take = shard[(np.arange(cfg.batch_size) + it * cfg.batch_size) % len(shard)]
+            take = streams.batch(it, np.array([rank]))
             inputs, labels = (t.to(device) for t in task.batch(task.train, take))
             model.zero_grad(set_to_none=True)
             barrier()
@@ -176,7 +159,7 @@ def _worker(cfg: GatherConfig, data_dir, seed: int, out: Path, iterations: int,
         trace = from_arrays(compute + comm, meta, node=np.array([names.index(h) for h in hosts]),
                             compute_s=compute, comm_s=comm)
         write_trace(trace, out)
-        print(f"gathered {iterations} iterations x {world} workers ({backend}) -> {out}")
+        logger.info("gathered %d iterations x %d workers (%s) -> %s", iterations, world, backend, out)
     dist.destroy_process_group()
 
 
@@ -218,17 +201,14 @@ def _main() -> None:
     """Entry point of each torchrun worker started by ``_launch``."""
     parser = argparse.ArgumentParser(description="one bdsgd gather worker (started by torchrun)")
     parser.add_argument("--gather-config", required=True, help="GatherConfig as JSON")
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--iterations", type=int, required=True)
+    parser.add_argument("--data-dir", required=True, help="data sets root")
+    parser.add_argument("--seed", type=int, required=True, help="seed of the model and the shards")
+    parser.add_argument("--out", required=True, help="trace to write (rank 0)")
+    parser.add_argument("--iterations", type=int, required=True, help="timed iterations")
     args = parser.parse_args()
-    try:
-        gather(GatherConfig(**json.loads(args.gather_config)), args.data_dir, args.seed, args.out,
-               iterations=args.iterations)
-    except UserError as exc:
-        print(f"bdsgd: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run_entry_point(lambda: gather(
+        GatherConfig(**json.loads(args.gather_config)), args.data_dir, args.seed, args.out,
+        iterations=args.iterations)))
 
 
 if __name__ == "__main__":

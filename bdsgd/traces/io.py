@@ -1,16 +1,21 @@
-"""Reading and writing traces as Parquet (metadata under the key ``bdsgd``)."""
+"""Reading and writing traces as Parquet (metadata under the key ``bdsgd``), and the checks of a
+trace that a run reads: complete (``require_complete``), or a history of the same workers; and a
+trace cut in time into a training and a test part (``write_split``), its simulator truth
+following both parts."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
 from bdsgd.traces.schema import Trace, from_frame
+from bdsgd.traces.simulate import Truth, truth_path, write_truth
 
 META_KEY = b"bdsgd"
 
@@ -38,3 +43,39 @@ def read_trace(path: str | Path, strict: bool = True) -> Trace:
     except json.JSONDecodeError:
         raise UserError(str(path), "metadata", "the 'bdsgd' metadata is not valid JSON") from None
     return from_frame(table.to_pandas(), str(path), meta, strict=strict)
+
+
+def require_complete(trace: Trace, source: str) -> None:
+    """Replay needs every run-time: a censored trace is a user error naming its first gap."""
+    if not trace.complete:
+        t, w = np.argwhere(trace.censored)[0]
+        raise UserError(source, f"iteration {trace.iterations[t]}, worker {trace.workers[w]}, "
+                        "censored", "replay needs every run-time; this trace has censored values")
+
+
+def read_history(history_path, trace: Trace, trace_path: str) -> Trace | None:
+    """The warm-up history for a run over ``trace``: complete, and of the same workers."""
+    if history_path is None:
+        return None
+    history = read_trace(history_path)
+    require_complete(history, str(history_path))
+    if history.n_workers != trace.n_workers:
+        raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
+                        f"replayed trace {trace_path} has {trace.n_workers}")
+    return history
+
+
+def write_split(trace: Trace, fraction: float, train_out, test_out, truth: Truth | None = None,
+                source: str = "<trace>") -> tuple[Trace, Trace]:
+    """Cut ``trace`` in time at ``fraction`` of its iterations and write the two parts. A
+    simulated trace's latent state (``truth``) goes whole beside both parts: the bayes reference
+    reads it, and each part's metadata records its offset into it."""
+    if trace.n_iterations < 2:
+        raise UserError(source, "iteration",
+                        "a trace needs at least 2 iterations to split")
+    train, test = trace.split(fraction)
+    for part, out in ((train, train_out), (test, test_out)):
+        if truth is not None:
+            write_truth(truth, truth_path(out))
+        write_trace(part, out)
+    return train, test

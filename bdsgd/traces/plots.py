@@ -1,6 +1,7 @@
 """Pictures of a trace: run-time distributions, the iteration x worker heat map, CoV over time.
 
-``draw_trace_figures(trace, name, out_dir)`` writes three PNGs (atomically):
+``draw_trace_figures(trace, name, out_dir)`` writes three figures, each as PNG and PDF
+(``bdsgd.plotting.save_figure``, atomically; the PNGs named here):
 
 - ``<name>_runtime_cdf.png``: the empirical CDF of all run-times (thick) and of each worker (thin;
   at most ``MAX_WORKER_LINES`` of them, evenly spaced), and beside it the survival function
@@ -23,13 +24,12 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from bdsgd.io import write_with  # noqa: E402
+from bdsgd.plotting import DPI, save_figure  # noqa: E402
 from bdsgd.traces import TRACE_FIGURES  # noqa: E402
 from bdsgd.traces.describe import iteration_cov  # noqa: E402
 from bdsgd.traces.schema import Trace  # noqa: E402
 
 MAX_WORKER_LINES = 64
-DPI = 150
 # Per-iteration CoV pooled over the 100 real Alibaba PAI jobs of
 # tests/data/alibaba_pai_coefficient_variation.csv (82,739 iterations; a test recomputes them).
 PAI_COV_QUANTILES = {0.1: 0.0319, 0.25: 0.0508, 0.5: 0.0935, 0.75: 0.5497, 0.9: 1.065}
@@ -55,13 +55,7 @@ def _plain_log_ticks(axis, lo: float, hi: float) -> None:
     axis.set_minor_formatter(plain if span < 1000 else NullFormatter())
 
 
-def _save(fig, path: Path) -> Path:
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
-    plt.close(fig)
-    return path
-
-
-def _runtime_cdf(trace: Trace, name: str, path: Path) -> Path:
+def _runtime_cdf(trace: Trace, name: str, path: Path) -> list[Path]:
     x = trace.runtimes
     unit = _unit(trace)
     shown = np.unique(np.linspace(0, trace.n_workers - 1, MAX_WORKER_LINES).round().astype(int))
@@ -96,10 +90,10 @@ def _runtime_cdf(trace: Trace, name: str, path: Path) -> Path:
     ax_tail.set_title(f"Tail: all run-times ({'log-log' if wide else 'log y'})")
     fig.suptitle(f"{name}: run-time distribution ({trace.n_iterations} iterations x "
                  f"{trace.n_workers} workers, source {trace.meta.get('source', '?')})")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _heatmap(trace: Trace, name: str, path: Path) -> Path:
+def _heatmap(trace: Trace, name: str, path: Path) -> list[Path]:
     x = trace.runtimes
     unit = _unit(trace)
     lo, hi = np.percentile(x, [0.5, 99.9])
@@ -124,10 +118,10 @@ def _heatmap(trace: Trace, name: str, path: Path) -> Path:
     censored = int(trace.censored.sum())
     note = f"; grey: {censored} censored" if censored else ""
     ax.set_title(f"{name}: run-time of each worker per iteration (log colour scale){note}")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _cov(trace: Trace, name: str, path: Path) -> Path:
+def _cov(trace: Trace, name: str, path: Path) -> list[Path]:
     cov = iteration_cov(trace.runtimes)
     t = np.arange(trace.n_iterations)
     window = max(trace.n_iterations // 50, 5)
@@ -148,11 +142,12 @@ def _cov(trace: Trace, name: str, path: Path) -> Path:
     ax.set_ylabel("CoV across workers (sd / mean)")
     ax.set_title(f"{name}: spread of run-times across workers over time")
     fig.legend(loc="outside lower center", ncols=4, fontsize="small", frameon=False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_trace_figures(trace: Trace, name: str, out_dir: Path) -> list[Path]:
-    """Write the three trace figures as ``out_dir/<name>_{runtime_cdf,heatmap,cov}.png``."""
+    """Write the three trace figures as ``out_dir/<name>_{runtime_cdf,heatmap,cov}.{png,pdf}``;
+    returns the files written, each figure's PNG then its PDF."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # Seaborn's look through matplotlib's copy of its style: importing seaborn itself costs
@@ -161,5 +156,5 @@ def draw_trace_figures(trace: Trace, name: str, out_dir: Path) -> list[Path]:
         return out_dir / TRACE_FIGURES[figure][0].format(trace=name)
 
     with plt.style.context(["seaborn-v0_8-whitegrid", "seaborn-v0_8-notebook"]):
-        return [_runtime_cdf(trace, name, path("cdf")), _heatmap(trace, name, path("heatmap")),
-                _cov(trace, name, path("cov"))]
+        return [*_runtime_cdf(trace, name, path("cdf")), *_heatmap(trace, name, path("heatmap")),
+                *_cov(trace, name, path("cov"))]

@@ -191,7 +191,7 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
     meta = dict(meta or {})
     meta.setdefault("time_unit", "s")
     meta["n_workers"] = int(n)
-    parts = {col: dense(df[col].to_numpy(dtype=float), np.float64) if col in df.columns else None
+    columns = {col: dense(df[col].to_numpy(dtype=float), np.float64) if col in df.columns else None
              for col in ("compute_s", "comm_s")}
     return Trace(
         runtimes=dense(x, np.float64),
@@ -200,7 +200,7 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         workers=workers.astype(np.int64),
         meta=meta,
         node=node,
-        **parts,
+        **columns,
     )
 
 

@@ -46,23 +46,22 @@ with these parts:
 A scenario (``SCENARIOS``) names a preset of the scenario-dependent parameters; a config value
 overrides the preset. The presets are calibrated against the per-iteration CoV of 100 real
 Alibaba PAI jobs (tests/data/alibaba_pai_coefficient_variation.csv): ``calm`` sits at a
-typical calm real job (median CoV ~0.06; real per-job medians: quartiles 0.053, 0.087, 0.47),
-``mixed`` follows the pooled real distribution from calm iterations to straggler-dominated ones
-(tests/test_traces_simulate.py states the tolerances). Four scenarios follow what real clusters
-show and the others miss; benchmarks/scenarios.py prints each beside the real statistics it was
-calibrated against (benchmarks/README.md carries the table):
+typical calm real job, ``mixed`` follows the pooled real distribution from calm iterations to
+straggler-dominated ones (tests/test_traces_simulate.py states the tolerances). Four scenarios
+follow what real clusters show and the others miss; benchmarks/scenarios.py prints each beside
+the real statistics it is calibrated against, and docs/decisions.md gives the numbers:
 
 - ``iid-heavy``: no memory, no worker effect, a heavy tail (stalls in 15% of worker-iterations),
-  against issue 32's 32-worker production job: hindsight-best cutoff and best fixed cutoff.
+  against a held-out 32-worker production job with i.i.d. heavy-tailed run-times, known by its
+  hindsight-best mean cutoff, its best fixed cutoff and its lag-1 autocorrelation.
 - ``data-dependent``: variable sequence lengths, no worker effect; no such trace is at hand, so
   only its spread is set, at the upper quartile of the real jobs' median CoV.
-- ``heterogeneous``: half the workers 2-7x slower for the whole run; its steady CoV (0.72 at
-  n = 10; 0.29-1.18 from one worker 2x to one 7x) lies among the real jobs of steady high CoV
-  (0.40-1.39, and two at ~3 with one worker far beyond 7x).
+- ``heterogeneous``: half the workers 2-7x slower for the whole run; its steady CoV lies among
+  the real jobs of steady high CoV.
 - ``calm-spikes``: calm with rare single-iteration stalls, against the real calm jobs whose
   spikes are isolated: the rate and height of the spikes.
 
-None models the slow drift of the raw PAI jobs (per-worker lag-1 autocorrelation 0.64-0.73).
+None models the slow drift of the raw PAI jobs (their run-times' strong lag-1 autocorrelation).
 
 The latent state (base speeds with the slow workers' factors, contention path, straggler set
 and onset, load path, stall events) is returned as ``Truth``, whose ``predictive_draws`` gives
@@ -133,8 +132,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # Halfway through, the whole cluster gets 1.5x slower.
     "load-shift": {**_CALM, "load_shift_at": 0.5, "load_shift_factor": 1.5},
     # Everything at once, at strengths calibrated so that the per-iteration CoV at n = 16
-    # follows the 100 real PAI jobs' pooled distribution (ECDF within 0.08 at CoV 0.05, 0.1, 0.3,
-    # 0.6, 1, 1.5; KS distance ~0.13): mostly calm iterations, node contention episodes (~20
+    # follows the 100 real PAI jobs' pooled distribution (docs/decisions.md has the fit):
+    # mostly calm iterations, node contention episodes (~20
     # iterations, 9% of node-time, 1.7x), heavy-tailed stalls (Pareto 1.2, cut at 30 b), the
     # cluster 1.3x slower after 30%, and one worker 7x slower over the last 20%.
     "mixed": {
@@ -157,25 +156,24 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         **_FIXED_LENGTHS,
     },
     # Run-times with no memory and no worker effect, heavy-tailed: lognormal jitter (0.1) and a
-    # Pareto(1.5) stall in 15% of worker-iterations (at least 0.4 b). At n = 32 it matches the
-    # 32-worker production job of issue 32: the hindsight-best cutoff averages 26.4 (real
-    # 26.1) and the best fixed cutoff reaches 0.945 of it (real 0.941); lag-1 ~0 (real 0.03).
+    # Pareto(1.5) stall in 15% of worker-iterations (at least 0.4 b). At n = 32 it matches a
+    # held-out 32-worker production job with i.i.d. heavy-tailed run-times in its hindsight-best
+    # mean cutoff, its best fixed cutoff and its lag-1 autocorrelation (docs/decisions.md).
     "iid-heavy": {**_CALM, "speed_sigma": 0.0, "jitter_sigma": 0.1, "contention_start": 0.0,
                   "stall_prob": 0.15, "stall_alpha": 1.5, "stall_scale": 0.4},
     # Variable sequence lengths: micro-batches of 8 sequences padded to the longest, lengths
     # Pareto(2) up to 8x the shortest; equal worker speeds. No variable-length trace is at
-    # hand: its median per-iteration CoV at n = 10 (0.48) sits at the real PAI jobs' upper
-    # quartile of median CoV (0.47).
+    # hand: its median per-iteration CoV at n = 10 is set at the real PAI jobs' upper quartile
+    # of median CoV (docs/decisions.md).
     "data-dependent": {**_CALM, "speed_sigma": 0.0, "contention_start": 0.0, "jitter_sigma": 0.03,
                        "seq_batch": 8, "seq_alpha": 2.0, "seq_max": 8.0},
-    # Calm, with half the workers 2-7x slower for the whole run (issue 32's real heterogeneous job
-    # has half of them 3.5-7x slower); no stalls: real jobs of steady high CoV have no spikes.
+    # Calm, with half the workers 2-7x slower for the whole run (a real heterogeneous job has
+    # half of them 3.5-7x slower); no stalls: real jobs of steady high CoV have no spikes.
     "heterogeneous": {**_CALM, "stall_prob": 0.0, "slow_workers": 0.5, "slow_factor_min": 2.0,
                       "slow_factor_max": 7.0},
     # Calm, with a stall of at least 0.5 b (Pareto 1.5, cut at 10 b) in 0.03% of
-    # worker-iterations: at n = 10, 0.25% of iterations have a CoV above 3x the median, 4.2x it
-    # at the median spike, against 0.22% and 4.1x over the real calm PAI jobs with isolated
-    # spikes.
+    # worker-iterations: the rate and height of the spikes of the real calm PAI jobs whose spikes
+    # are isolated (docs/decisions.md).
     "calm-spikes": {**_CALM, "stall_prob": 0.0003, "stall_alpha": 1.5, "stall_scale": 0.5,
                     "stall_max": 10.0},
 }

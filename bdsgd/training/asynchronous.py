@@ -35,10 +35,8 @@ parameters and the worker's mini-batch, both fixed at the pull, so the update is
 the pull the model holds exactly those parameters, so nothing is copied or swapped in; the cost
 is n stored gradients (one in flight per worker) instead of n stored parameter snapshots. The
 arrival times depend on the trace alone, never on the gradients, so the whole event schedule is
-computed first (``schedule``); a gradient that would arrive after the budget is not computed.
-Worker w's k-th arrival is the running sum of its x_{i mod T, w} + comm_s, i <= k (a worker
-pulls at the instant it delivers), so the schedule is n cumulative sums merged in order of
-(time, worker): numpy work, no Python loop per gradient.
+computed first (``bdsgd.schedules.async_schedule``, whose tie rule this is); a gradient that
+would arrive after the budget is not computed.
 
 Checkpoints (every train.checkpoint_every rounds) hold the model, optimiser, RNG states, the
 in-flight gradients and the metrics so far (the clock is the last row's); the schedule is
@@ -48,7 +46,7 @@ in the cutoff mode.
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import time
 from pathlib import Path
 
@@ -56,91 +54,57 @@ import numpy as np
 import torch
 from torch import nn
 
+from bdsgd import sgd
 from bdsgd.config import Config
-from bdsgd.training import common
+from bdsgd.devices import torch_settings
+from bdsgd.schedules import async_schedule
+from bdsgd.training import record, run
 
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """The asynchronous run's updates in order (arrays of length n_updates)."""
-    worker: np.ndarray     # the worker whose gradient update u applies
-    index: np.ndarray      # that gradient's number k for its worker (its mini-batch's iteration)
-    arrival: np.ndarray    # its arrival: the virtual time of update u
-    staleness: np.ndarray  # updates applied between its pull and its arrival
-    pull: np.ndarray       # update u ends its instant: the workers applied since the last pull
-                           # now pull the parameters
-
-
-def arrivals(runtimes: np.ndarray, comm_s: float, per_worker: int) -> np.ndarray:
-    """(per_worker, n): worker w's k-th gradient's arrival, sum_{i<=k} x_{i mod T, w} + comm_s."""
-    T, _ = runtimes.shape
-    rows = np.arange(per_worker) % T
-    return np.cumsum(runtimes[rows] + comm_s, axis=0)
-
-
-def schedule(runtimes: np.ndarray, comm_s: float, n_updates: int) -> Schedule:
-    """The event-driven timing of asynchronous SGD on the trace (cycled)."""
-    n = runtimes.shape[1]
-    per_worker = -(-(n_updates + 1) // n)
-    while True:  # enough arrivals that none left out could come before the (n_updates+1)-th
-        times = arrivals(runtimes, comm_s, per_worker)
-        order = np.lexsort((np.broadcast_to(np.arange(n), times.shape).ravel(), times.ravel()))
-        if times.ravel()[order[n_updates]] <= times[-1].min():
-            break
-        per_worker *= 2
-    index, worker = np.divmod(order[:n_updates + 1], n)
-    sorted_times = times.ravel()[order]
-    arrival = sorted_times[:n_updates]
-    # a worker pulls after the last update of the instant it delivered at (k = 0: at time 0)
-    previous = np.where(index[:n_updates] > 0, times[np.maximum(index[:n_updates] - 1, 0),
-                                                      worker[:n_updates]], -np.inf)
-    pulled_at = np.searchsorted(sorted_times, previous, side="right")
-    return Schedule(worker[:n_updates], index[:n_updates], arrival,
-                    np.arange(n_updates) - pulled_at, sorted_times[1:n_updates + 1] != arrival)
+logger = logging.getLogger(__name__)
 
 
 def worker_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,
                     device: torch.device) -> tuple[list, float]:
     """One worker's gradient of its mini-batch's mean loss at the model's parameters; the loss."""
     model.zero_grad(set_to_none=True)
-    loss = common.backward(model, x, y, chunk, device)
-    return common.take_gradient(model), loss.item()
+    loss = sgd.backward(model, x, y, chunk, device)
+    return sgd.take_gradient(model), loss.item()
 
 
 def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_path=None) -> Path:
-    """One asynchronous run; the cutoff mode's outputs (``virtual.train_run``), resumable alike.
+    """One asynchronous run; the cutoff mode's outputs (``synchronous.train_cutoff``), resumable alike.
     ``history_path`` is checked and recorded only: no policy learns from it."""
     wall_start = time.perf_counter()
     comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
-    r = common.prepare(cfg, task, "async", seed, trace_path, out_dir, history_path)
+    r = run.prepare(cfg, task, "async", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
     rounds, lr = tc.max_iterations, tc.learning_rate / n
-    sched = schedule(r.trace.runtimes, comm_s, rounds * n)
+    sched = async_schedule(r.trace.runtimes, comm_s, rounds * n)
     needed = np.bincount(sched.worker, minlength=n)  # gradients of each worker that get applied
-    factor = common.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
-    print(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
+    factor = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+    logger.info(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
           f"{rounds} rounds of n gradients, batch {tc.batch_size} per worker "
           f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient "
           f"(staleness_lr {tc.staleness_lr}), "
           f"comm {comm_s} s, target accuracy {r.target}, device {device}")
 
-    with common.torch_settings(tc.threads, device), common.stop_requests() as stop:
-        model, optimizer = common.new_model(r, seed, lr)
+    with torch_settings(tc.threads, device), run.stop_requests() as stop:
+        model, optimizer = run.new_model(r, seed, lr)
         flight: dict[int, tuple[list, float]] = {}  # worker -> its gradient in flight, its loss
 
         def compute(w: int, k: int) -> None:
             x, y = data.batch(data.train, streams.batch(k, np.array([w])))
             flight[w] = worker_gradient(model, x, y, tc.chunk_samples, device)
 
-        state = common.load_checkpoint(r, model, optimizer)
+        state = run.load_checkpoint(r, model, optimizer)
         if state is not None:
             flight = {w: ([None if g is None else g.to(device) for g in grads], loss)
                       for w, (grads, loss) in state["flight"].items()}
         else:
             for w in np.flatnonzero(needed):
                 compute(int(w), 0)
-        rec = common.Recorder(cfg, r, "async", seed, out_dir,
+        rec = record.Recorder(cfg, r, "async", seed, out_dir,
                               None if state is None else state["metrics"], stop)
         start = rec.last
         # the workers applied since the last pull (none at a round's end unless its instant goes on)
@@ -153,7 +117,7 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                 grads, loss = flight.pop(int(sched.worker[u]))
                 if factor[u] != 1.0:  # scale the gradient, not the rate: momentum keeps its past
                     grads = [None if g is None else g * float(factor[u]) for g in grads]
-                common.apply_gradient(model, optimizer, grads)
+                sgd.apply_gradient(model, optimizer, grads)
                 losses.append(loss)
                 if sched.pull[u]:
                     for v, k in zip(sched.worker[first:u + 1], sched.index[first:u + 1],
@@ -168,11 +132,11 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                 "iteration_time_s": now - rec.clock, "lr": lr * float(factor[rows].mean()),
                 "train_loss": float(np.mean(losses)),
                 "gradients": n, "staleness": float(sched.staleness[rows].mean())},
-                lambda: common.save_checkpoint(r, model, optimizer, metrics=rec.log,
+                lambda: run.save_checkpoint(r, model, optimizer, metrics=rec.log,
                                                flight=flight))
         rec.close()
 
-    common.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
+    record.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
         sched.staleness)
     return out_dir

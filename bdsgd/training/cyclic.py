@@ -43,113 +43,51 @@ its push), lr = the mean rate per gradient (lr / n, or less under train.stalenes
 mean loss of the row's gradients.
 
 The schedule depends on the trace alone (finish times are running sums of each worker's
-column), so it is computed first (``schedule``): a loop over the token's visits, not over
-gradients. The gradients that share a worker, a pull and a push are one backward pass over the
-union of their mini-batches (the sum of their means, as in the cutoff mode), computed right after
-the update whose parameters they use; gradients that the budget never pushes are never computed.
+column), so it is computed first (``bdsgd.schedules.cyclic_schedule``): a loop over the
+token's visits, not over gradients. The gradients that share a worker, a pull and a push are
+one backward pass over the union of their mini-batches (the sum of their means, as in the
+cutoff mode), computed right after the update whose parameters they use; gradients that the
+budget never pushes are never computed.
 Checkpoints hold the pending sums, model, optimiser, RNG states and metrics; SIGTERM/SIGINT stop
 at a row's end (``Stopped``) and the same command resumes.
 """
 
 from __future__ import annotations
 
-import bisect
-import collections
-import dataclasses
+import logging
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bdsgd import sgd
 from bdsgd.config import Config
-from bdsgd.training import common
-from bdsgd.training.asynchronous import arrivals
-from bdsgd.training.common import apply_gradient, backward
+from bdsgd.devices import torch_settings
+from bdsgd.schedules import cyclic_schedule
+from bdsgd.training import record, run
 
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """The updates in order (arrays of length n_updates) and the gradients each applies."""
-    worker: np.ndarray     # the worker whose push update u applies
-    time: np.ndarray       # the virtual time of update u
-    first: np.ndarray      # its gradients are the worker's first[u] .. first[u] + count[u] - 1
-    count: np.ndarray
-    pull: np.ndarray       # per applied gradient (in update order): the updates applied before the
-    staleness: np.ndarray  # pull whose parameters it used; updates between that pull and its push
-
-    def groups(self) -> dict[int, list[tuple[int, int, int, int]]]:
-        """pull p -> [(update, worker, first k, count)]: the gradients computed on theta_p that
-        one backward pass gives (same worker, pull and push), to compute once theta_p holds."""
-        out: dict[int, list] = collections.defaultdict(list)
-        g = 0
-        for u, (w, k0, m) in enumerate(zip(self.worker, self.first, self.count, strict=True)):
-            pulls = self.pull[g:g + m]
-            for p in np.unique(pulls):
-                ks = k0 + np.flatnonzero(pulls == p)
-                out[int(p)].append((u, int(w), int(ks[0]), len(ks)))
-            g += m
-        return out
-
-
-def schedule(runtimes: np.ndarray, comm_s: float, n_gradients: int) -> Schedule:
-    """The token's rounds on the trace (cycled) until n_gradients gradients are applied."""
-    n = runtimes.shape[1]
-    per_worker = n_gradients // n + 2
-    # rows[w][k]: worker w's k-th gradient done; plain lists: the loop costs ~1 us a visit
-    rows = [list(row) for row in arrivals(runtimes, 0.0, per_worker).T]
-    pushed = [0] * n
-    upcoming = [row[0] for row in rows]  # each worker's next unpushed gradient's finish
-    worker, at, first, count = [], [], [], []
-    s, j, applied = 0.0, 0, 0
-    while applied < n_gradients:
-        # the token skips, at no cost, every worker without a finished gradient to push; when
-        # nobody has one it waits for the next to finish
-        if min(upcoming) > s:
-            s = min(upcoming)
-        while upcoming[j] > s:
-            j = (j + 1) % n
-        while rows[j][-1] <= s:  # more of the worker's finish times than computed so far
-            per_worker *= 2
-            rows = [list(row) for row in arrivals(runtimes, 0.0, per_worker).T]
-        done = bisect.bisect_right(rows[j], s)
-        m = min(done - pushed[j], n_gradients - applied)
-        s += comm_s
-        worker.append(j), at.append(s), first.append(pushed[j]), count.append(m)
-        pushed[j] += m
-        applied += m
-        upcoming[j] = rows[j][pushed[j]]
-        j = (j + 1) % n
-    worker, first, count = np.array(worker), np.array(first), np.array(count)
-    # each applied gradient's pull: the updates applied by its start (the end of its worker's
-    # previous gradient), all of an instant's updates included
-    u = np.repeat(np.arange(len(worker)), count)
-    w = worker[u]
-    k = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count) + first[u]
-    finish = np.array(rows)
-    starts = np.where(k > 0, finish[w, np.maximum(k - 1, 0)], -np.inf)
-    pull = np.searchsorted(np.array(at), starts, side="right")
-    return Schedule(worker, np.array(at), first, count, pull, u - pull)
+logger = logging.getLogger(__name__)
 
 
 def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history_path=None) -> Path:
-    """One cyclic run; the cutoff mode's outputs (``virtual.train_run``), resumable alike.
+    """One cyclic run; the cutoff mode's outputs (``synchronous.train_cutoff``), resumable alike.
     ``history_path`` is checked and recorded only: no policy learns from it."""
     wall_start = time.perf_counter()
     comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
-    r = common.prepare(cfg, task, "cyclic", seed, trace_path, out_dir, history_path)
+    r = run.prepare(cfg, task, "cyclic", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
     lr = tc.learning_rate / n
-    sched = schedule(r.trace.runtimes, comm_s, tc.max_iterations * n)
+    sched = cyclic_schedule(r.trace.runtimes, comm_s, tc.max_iterations * n)
     groups, ends = sched.groups(), np.cumsum(sched.count)
-    scale = common.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
-    print(f"train {task} / cyclic / seed {seed}: n={n} workers, T={T} trace iterations, "
+    scale = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+    logger.info(f"train {task} / cyclic / seed {seed}: n={n} workers, T={T} trace iterations, "
           f"{tc.max_iterations * n} gradients in {len(sched.worker)} pushes, batch "
           f"{tc.batch_size} per worker ({streams.per_epoch} per epoch), lr {tc.learning_rate} / n "
           f"per gradient, comm {comm_s} s per push, target accuracy {r.target}, device {device}")
 
-    with common.torch_settings(tc.threads, device), common.stop_requests() as stop:
-        model, optimizer = common.new_model(r, seed, lr)
+    with torch_settings(tc.threads, device), run.stop_requests() as stop:
+        model, optimizer = run.new_model(r, seed, lr)
         pending: dict[int, list] = {}  # update -> [sum of its gradients so far, sum of losses]
         row_loss = 0.0  # the losses of the gradients applied since the last row
 
@@ -159,18 +97,18 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                 idx = np.concatenate([streams.batch(k, np.array([w])) for k in range(k0, k0 + m)])
                 x, y = data.batch(data.train, idx)
                 model.zero_grad(set_to_none=True)
-                loss = backward(model, x, y, tc.chunk_samples, device).item() * m
+                loss = sgd.backward(model, x, y, tc.chunk_samples, device).item() * m
                 # m means summed: the union's mean x m; a group shares its pull and push, so
                 # its staleness u - p, and its learning-rate factor
-                weight = m * float(common.STALENESS_LR[tc.staleness_lr](u - p))
-                grads = [g * weight for g in common.take_gradient(model)]
+                weight = m * float(sgd.STALENESS_LR[tc.staleness_lr](u - p))
+                grads = [g * weight for g in sgd.take_gradient(model)]
                 if u in pending:
                     pending[u][0] = [a + b for a, b in zip(pending[u][0], grads, strict=True)]
                     pending[u][1] += loss
                 else:
                     pending[u] = [grads, loss]
 
-        state = common.load_checkpoint(r, model, optimizer)
+        state = run.load_checkpoint(r, model, optimizer)
         if state is None:
             compute(0)
             u0 = 0
@@ -178,12 +116,12 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
             pending = {u: [[g.to(device) for g in grads], loss]
                        for u, (grads, loss) in state["pending"].items()}
             u0 = state["update"]
-        rec = common.Recorder(cfg, r, "cyclic", seed, out_dir,
+        rec = record.Recorder(cfg, r, "cyclic", seed, out_dir,
                               None if state is None else state["metrics"], stop)
         start, row_first = rec.last, u0  # the row's first update
         for u in range(u0, len(sched.worker)):
             grads, loss = pending.pop(u)
-            apply_gradient(model, optimizer, grads)
+            sgd.apply_gradient(model, optimizer, grads)
             row_loss += loss
             compute(u + 1)
             iteration = int(ends[u]) // n
@@ -199,12 +137,12 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                 "train_loss": row_loss / int(sched.count[rows].sum()),
                 "gradients": int(sched.count[rows].sum()),
                 "staleness": float(sched.staleness[gradients].mean())},
-                lambda u=u: common.save_checkpoint(r, model, optimizer, metrics=rec.log,
+                lambda u=u: run.save_checkpoint(r, model, optimizer, metrics=rec.log,
                                                    update=u + 1, pending=pending))
             row_first, row_loss = u + 1, 0.0
         rec.close()
 
-    common.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
+    record.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
         sched.staleness, {"pushes": len(sched.worker)})
     return out_dir

@@ -1,27 +1,31 @@
-# Paths, targets and each stage's own config, built from the validated config.
+# Paths, wildcards, targets and each stage's own config, built from the validated config.
 #
-# A stage does not read the whole config: rule stage_config writes, per stage and instance,
-# results/<experiment>/config/<rule>/<name>.yaml holding only the keys that stage's command
-# reads (config_slice below). The text is the rule's params, so Snakemake rewrites a file, and
-# reruns what reads it, only when its slice changes: one more seed or trace, a new wandb.mode or
-# train.learning_rate leaves the traces, the run-time models and the throughput replays alone.
-# `bdsgd.config.load_config` fills every key a slice leaves out with the schema's default, and
-# the stage never reads those.
+# Every path is bdsgd.layout's (PATHS: results/, logs/ and figures/<experiment>/), the one home
+# that `bdsgd figures` reads the results back with too.
+#
+# A stage does not read the whole config: rule stage_config (config.smk) writes, per stage and
+# instance, results/<experiment>/config/<rule>/<name>.yaml holding only the keys that stage's
+# command reads, as bdsgd.config.STAGE_READS declares them (config_slice below). The text is the
+# rule's params, so Snakemake rewrites a file, and reruns what reads it, only when its slice
+# changes: one more seed or trace, a new wandb.mode or train.learning_rate leaves the traces, the
+# run-time models and the throughput replays alone. The command loads its file as its stage
+# (`bdsgd.config.load_config(path, stage=...)`), on which reading a key the stage does not
+# declare is an error, not the schema's default.
 import os
+import re
 from pathlib import Path
 
 import yaml
 
-from bdsgd.config import GatherConfig
+from bdsgd.config import STAGE_READS, GatherConfig, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
+from bdsgd.layout import Layout
 from bdsgd.traces import TRACE_FIGURES
-from bdsgd.policies import MODES, spec as policy_spec
+from bdsgd.policies import spec as policy_spec
+from bdsgd.schedules import MODES
 
 EXP = config["experiment"]
-RESULTS = f"results/{EXP}"
-LOGS = f"logs/{EXP}"
-FIG_DIR = f"figures/{EXP}"
-CONFIG_FILE = f"{RESULTS}/config.yaml"  # the whole resolved config, for the record only
+PATHS = Layout.of(EXP)
 TRAIN = config["train"]
 RES = config["resources"]
 DIST = config["distributed"]["jobs"]
@@ -29,13 +33,21 @@ DIST = config["distributed"]["jobs"]
 # its post-deploy script, which Snakemake runs from a copy in .snakemake/conda/: the checkout's
 # path reaches the script from here, as Snakemake's processes pass their environment on.
 os.environ.update(BDSGD_PROJECT=workflow.basedir)
+# The rules that read a config file of their own: every stage of bdsgd.config.STAGE_READS.
+STAGES = tuple(STAGE_READS)
+
+
+# -------------------------------------------------------------------------- wildcards
+def one_of(names):
+    """A regex of exactly these names, for wildcard_constraints (the Snakefile's, and a rule's
+    own), none: it matches nothing."""
+    return "|".join(re.escape(str(name)) for name in names) or "(?!)"
 
 
 # ----------------------------------------------------------------------------- traces
 def traces_from(*sources):
     """Names of the traces of these sources (a regex alternation for wildcard_constraints)."""
-    names = [n for n, spec in config["traces"].items() if spec["source"] in sources]
-    return "|".join(names) if names else "(?!)"
+    return one_of(n for n, spec in config["traces"].items() if spec["source"] in sources)
 
 
 def gather_workers(trace):
@@ -55,13 +67,13 @@ def policy_needs(policies, need):
 
 
 def model_input(trace, policies):
-    return [f"{RESULTS}/models/{trace}/model.pt"] if policy_needs(policies, "needs_model") else []
+    return [PATHS.model(trace)] if policy_needs(policies, "needs_model") else []
 
 
 def truth_input(trace, policies):
     """The simulator's truth beside the test part, for the policies that read it (bayes)."""
     if simulated(trace) and policy_needs(policies, "needs_truth"):
-        return [f"{RESULTS}/traces/{trace}/test.truth.npz"]
+        return [PATHS.truth(trace, "test")]
     return []
 
 
@@ -70,16 +82,6 @@ def throughput_policies():
 
 
 # --------------------------------------------------------------------- stage configs
-# The rules that read a config file of their own (config_slice says what each holds).
-STAGES = ("simulate_trace", "gather_trace", "train_model", "evaluate_model", "throughput", "train",
-          "distributed")
-
-
-def stage_config(stage, name):
-    """The config file of one stage instance (rule stage_config writes it)."""
-    return f"{RESULTS}/config/{stage}/{name}.yaml"
-
-
 def trace_spec(trace):
     """What makes a trace: its source and that source's settings (train_fraction is not here:
     only split_trace reads it, as a param)."""
@@ -89,28 +91,21 @@ def trace_spec(trace):
             **{k: spec[k] for k in keys[spec["source"]] if k in spec}}
 
 
-def train_spec(task):
-    """What one convergence run of `task` reads of train: (not tasks, policies or seeds: a run
-    gets its task, policy and seed on the command line, so a new one reruns no other)."""
-    unread = ("tasks", "policies", "seeds", "target_accuracy")
+def train_of(task):
+    """train: as one convergence run of `task` sees it: its task's alone (tasks, target_accuracy;
+    the lists of policies and seeds are no stage's read: a run gets its task, policy and seed on
+    the command line, so a new one reruns no other)."""
     targets = TRAIN["target_accuracy"]
-    return {**{k: v for k, v in TRAIN.items() if k not in unread}, "tasks": [task],
+    return {**TRAIN, "tasks": [task],
             # no target for the task: an empty table, so the run fails as with the whole config
             "target_accuracy": {task: targets[task]} if task in targets else {}}
 
 
 def config_slice(stage, name):
-    """The keys that stage `stage` (a rule name) reads when it runs for `name` (a trace, or a
-    task for train), that is, what the bdsgd command it calls reads:
-
-      simulate_trace, gather_trace  experiment, seed, the trace's spec
-      train_model                   ... and model:, wandb:
-      evaluate_model                experiment, the trace, policies:, throughput.comm_s
-      throughput                    ... and seed (of the randomised policies)
-      train                         experiment, the trace it replays, policies:, throughput.comm_s,
-                                    train: (see train_spec), wandb:
-      distributed                   experiment, train.trace, policies:, train: of its job's task,
-                                    wandb:
+    """The config file of stage `stage` (a rule) run for `name` (a trace; a task for train, a
+    job for distributed): exactly what bdsgd.config.STAGE_READS declares its command reads, less
+    the flags its rule passes instead (STAGE_FLAGS), and of each section the instance's part (the
+    trace it makes or replays, trace_spec; of train, its task's, train_of).
 
     The stages that log to W&B read wandb:, so a new wandb: setting reruns them: their W&B runs
     are part of what they make.
@@ -118,32 +113,23 @@ def config_slice(stage, name):
     if stage not in STAGES:
         raise ValueError(f"no config file for stage {stage!r}; stages: {STAGES}")
     trace = TRAIN["trace"] if stage in ("train", "distributed") else name
-    out = {"experiment": EXP, "traces": {trace: trace_spec(trace)}}
-    if stage in ("simulate_trace", "gather_trace", "train_model", "throughput"):
-        out["seed"] = config["seed"]
-    if stage == "train_model":
-        out["model"] = config["model"]
-    if stage in ("train_model", "train", "distributed"):
-        out["wandb"] = config["wandb"]
-    if stage in ("evaluate_model", "throughput", "train"):
-        out["policies"] = config["policies"]
-        out["throughput"] = {"comm_s": config["throughput"]["comm_s"]}
-    if stage == "train":
-        out["train"] = train_spec(name)
-    if stage == "distributed":
-        out["policies"] = config["policies"]
-        out["train"] = train_spec(DIST[name]["task"])
+    task = DIST[name]["task"] if stage == "distributed" else name
+    whole = {**config, "experiment": EXP, "traces": {trace: trace_spec(trace)},
+             "train": train_of(task) if stage in ("train", "distributed") else TRAIN}
+    out = {}
+    for key in slice_keys(stage):
+        section, _, sub = key.partition(".")
+        if not sub:
+            out[section] = whole[section]
+        elif sub in whole[section]:
+            out.setdefault(section, {})[sub] = whole[section][sub]
     return yaml.safe_dump(out, sort_keys=True)
 
 
 # ------------------------------------------------------------------------------ runs
-def run_dir(task, policy, seed):
-    return f"{RESULTS}/runs/{task}/{policy}/seed{seed}"
-
-
 def run_targets():
     return [
-        f"{run_dir(task, policy, seed)}/result.json"
+        PATHS.run("result.json", task, policy, seed)
         for task in TRAIN["tasks"]
         for policy in TRAIN["policies"]
         for seed in TRAIN["seeds"]
@@ -163,33 +149,36 @@ def report_category(category):
     return f"{REPORT_CATEGORIES.index(category) + 1}. {category}"
 
 
-def figure_outputs():
-    """Every file the figures job writes. The listed file is a report entry; a figure's other
-    formats (its PDF, as <name>_pdf) are plain outputs beside it. Beside the per-trace figures
-    (a subcategory each), a figure of every trace is under "all traces"."""
+def report_outputs(table, path, subcategory):
+    """Every file a job writes for a figure table (name -> (file, caption, category)), at
+    path(file). The listed file is a report entry; a figure's other formats (its PDF, as
+    <name>_pdf) are plain outputs beside it (bdsgd.plotting saves every figure in each)."""
     outputs = {}
-    for name, (file, caption, category) in FIGURE_TABLE.items():
-        outputs[name] = report(f"{FIG_DIR}/{file}", caption=f"../report/{caption}",
-                               category=report_category(category),
-                               subcategory="all traces" if category == "Traces" else None)
+    for name, (file, caption, category) in table.items():
+        outputs[name] = report(path(file), caption=f"../report/{caption}",
+                               category=report_category(category), subcategory=subcategory(category))
         for other in figure_files(file)[1:]:
-            outputs[f"{name}_{other.rpartition('.')[2]}"] = f"{FIG_DIR}/{other}"
+            outputs[f"{name}_{other.rpartition('.')[2]}"] = path(other)
     return outputs
 
 
+def figure_outputs():
+    """Beside the per-trace figures (a subcategory each), a figure of every trace is under
+    "all traces"."""
+    return report_outputs(FIGURE_TABLE, PATHS.figure,
+                          lambda category: "all traces" if category == "Traces" else None)
+
+
 def trace_figure_outputs():
-    return {
-        name: report(f"{FIG_DIR}/traces/{file}", caption=f"../report/{caption}",
-                     category=report_category(category), subcategory="{trace}")
-        for name, (file, caption, category) in TRACE_FIGURES.items()
-    }
+    return report_outputs(TRACE_FIGURES, PATHS.trace_figure, lambda category: "{trace}")
 
 
 def figure_targets():
-    tables = [f"{FIG_DIR}/{out}" for file, _, _ in FIGURE_TABLE.values()
+    tables = [PATHS.figure(out) for file, _, _ in FIGURE_TABLE.values()
               for out in figure_files(file)]
-    per_trace = [f"{FIG_DIR}/traces/{file.format(trace=trace)}" for trace in config["traces"]
-                 for file, _, _ in TRACE_FIGURES.values()]
+    per_trace = [PATHS.trace_figure(out) for trace in config["traces"]
+                 for file, _, _ in TRACE_FIGURES.values()
+                 for out in figure_files(file.format(trace=trace))]
     return tables + per_trace
 
 
@@ -205,6 +194,6 @@ def distributed_flags(job):
 
 
 def all_targets():
-    evaluations = [f"{RESULTS}/models/{t}/evaluation.json" for t in config["traces"]]
-    distributed = [f"{RESULTS}/distributed/{job}/result.json" for job in DIST]
-    return figure_targets() + evaluations + distributed + [CONFIG_FILE]
+    evaluations = [PATHS.model(t, "evaluation.json") for t in config["traces"]]
+    distributed = [PATHS.distributed(job) for job in DIST]
+    return figure_targets() + evaluations + distributed + [PATHS.config()]

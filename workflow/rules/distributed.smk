@@ -7,14 +7,14 @@
 
 rule distributed:
     input:
-        config=stage_config("distributed", "{job}"),
+        config=PATHS.stage_config("distributed", "{job}"),
         model=lambda wc: model_input(TRAIN["trace"], [DIST[wc.job]["policy"]]),
     output:
-        result=f"{RESULTS}/distributed/{{job}}/result.json",
-        metrics=f"{RESULTS}/distributed/{{job}}/result.metrics.parquet",
-        trace=f"{RESULTS}/distributed/{{job}}/result.trace.parquet",
+        result=PATHS.distributed(),
+        metrics=PATHS.distributed(file="result.metrics.parquet"),
+        trace=PATHS.distributed(file="result.trace.parquet"),
     log:
-        f"{LOGS}/distributed/{{job}}.log",
+        PATHS.distributed_log(),
     params:
         flags=lambda wc: distributed_flags(wc.job),
         model=lambda wc, input: f"--model {input.model}" if input.model else "",

@@ -6,14 +6,14 @@
 rule figures:
     input:
         runs=run_targets(),
-        throughput=expand(f"{RESULTS}/throughput/{{trace}}/throughput.json", trace=config["traces"]),
-        evaluations=expand(f"{RESULTS}/models/{{trace}}/evaluation.json", trace=config["traces"]),
-        predictions=expand(f"{RESULTS}/models/{{trace}}/predictions.parquet", trace=config["traces"]),
-        describe=expand(f"{RESULTS}/traces/{{trace}}/describe.json", trace=config["traces"]),
+        throughput=expand(PATHS.throughput(), trace=config["traces"]),
+        evaluations=expand(PATHS.model(file="evaluation.json"), trace=config["traces"]),
+        predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
+        describe=expand(PATHS.describe(), trace=config["traces"]),
     output:
         **figure_outputs(),
     log:
-        f"{LOGS}/figures.log",
+        PATHS.figures_log(),
     params:
         results=lambda wc, input: Path(input.describe[0]).parents[2],
         figures=lambda wc, output: Path(output.summary).parent,
@@ -25,11 +25,11 @@ rule figures:
 
 rule trace_figures:
     input:
-        f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        PATHS.trace(),
     output:
         **trace_figure_outputs(),
     log:
-        f"{LOGS}/figures/{{trace}}.log",
+        PATHS.figures_log("{trace}"),
     params:
         out=lambda wc, output: Path(output[0]).parent,
     conda:

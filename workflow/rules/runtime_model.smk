@@ -5,12 +5,12 @@
 
 rule train_model:
     input:
-        config=stage_config("train_model", "{trace}"),
-        trace=f"{RESULTS}/traces/{{trace}}/train.parquet",
+        config=PATHS.stage_config("train_model", "{trace}"),
+        trace=PATHS.trace(part="train"),
     output:
-        f"{RESULTS}/models/{{trace}}/model.pt",
+        PATHS.model(),
     log:
-        f"{LOGS}/models/{{trace}}/train.log",
+        PATHS.model_log("train"),
     threads: RES["model_threads"]
     resources:
         mem_mb=RES["model_mem_mb"],
@@ -24,14 +24,14 @@ rule train_model:
 
 rule evaluate_model:
     input:
-        config=stage_config("evaluate_model", "{trace}"),
-        model=f"{RESULTS}/models/{{trace}}/model.pt",
-        trace=f"{RESULTS}/traces/{{trace}}/test.parquet",
+        config=PATHS.stage_config("evaluate_model", "{trace}"),
+        model=PATHS.model(),
+        trace=PATHS.trace(part="test"),
     output:
-        json=f"{RESULTS}/models/{{trace}}/evaluation.json",
-        predictions=f"{RESULTS}/models/{{trace}}/predictions.parquet",
+        json=PATHS.model(file="evaluation.json"),
+        predictions=PATHS.model(file="predictions.parquet"),
     log:
-        f"{LOGS}/models/{{trace}}/evaluate.log",
+        PATHS.model_log("evaluate"),
     threads: RES["model_threads"]
     resources:
         mem_mb=RES["model_mem_mb"],

@@ -4,16 +4,16 @@
 
 rule throughput:
     input:
-        config=stage_config("throughput", "{trace}"),
-        trace=f"{RESULTS}/traces/{{trace}}/test.parquet",
-        history=f"{RESULTS}/traces/{{trace}}/train.parquet",
+        config=PATHS.stage_config("throughput", "{trace}"),
+        trace=PATHS.trace(part="test"),
+        history=PATHS.trace(part="train"),
         model=lambda wc: model_input(wc.trace, config["throughput"]["policies"]),
         truth=lambda wc: truth_input(wc.trace, config["throughput"]["policies"]),
     output:
-        json=f"{RESULTS}/throughput/{{trace}}/throughput.json",
-        decisions=f"{RESULTS}/throughput/{{trace}}/decisions.parquet",
+        json=PATHS.throughput(),
+        decisions=PATHS.throughput(file="decisions.parquet"),
     log:
-        f"{LOGS}/throughput/{{trace}}.log",
+        PATHS.throughput_log(),
     params:
         policies=throughput_policies(),
         model=lambda wc, input: f"--model {input.model}" if input.model else "",

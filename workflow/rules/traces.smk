@@ -1,47 +1,16 @@
 # Stage 1: worker run-time traces, from one of three sources, then cut in time into a part that
-# trains the run-time model and a part on which the policies are replayed. Also the config files
-# of every stage (common.smk: config_slice) and the whole resolved config, for the record.
-
-
-rule resolved_config:
-    localrule: True
-    output:
-        CONFIG_FILE,
-    log:
-        f"{LOGS}/config.log",
-    params:
-        text=yaml.safe_dump(config, sort_keys=True),
-    conda:
-        "../envs/bdsgd.yaml"
-    shell:
-        "printf '%s' {params.text:q} > {output} 2> {log}"
-
-
-rule stage_config:
-    localrule: True
-    output:
-        stage_config("{stage}", "{name}"),
-    log:
-        f"{LOGS}/config/{{stage}}/{{name}}.log",
-    wildcard_constraints:
-        stage="|".join(STAGES),
-        name="[^/]+",
-    params:
-        text=lambda wc: config_slice(wc.stage, wc.name),
-    conda:
-        "../envs/bdsgd.yaml"
-    shell:
-        "printf '%s' {params.text:q} > {output} 2> {log}"
+# trains the run-time model and a part on which the policies are replayed. A trace's rule is
+# picked by its source (each rule's wildcard_constraints).
 
 
 rule simulate_trace:
     input:
-        stage_config("simulate_trace", "{trace}"),
+        PATHS.stage_config("simulate_trace", "{trace}"),
     output:
-        trace=f"{RESULTS}/traces/{{trace}}/trace.parquet",
-        truth=f"{RESULTS}/traces/{{trace}}/trace.truth.npz",
+        trace=PATHS.trace(),
+        truth=PATHS.truth(),
     log:
-        f"{LOGS}/traces/{{trace}}/simulate.log",
+        PATHS.trace_log("simulate"),
     wildcard_constraints:
         trace=traces_from("simulate"),
     threads: 1
@@ -58,9 +27,9 @@ rule import_trace:
     input:
         lambda wc: config["traces"][wc.trace]["path"],
     output:
-        f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        PATHS.trace(),
     log:
-        f"{LOGS}/traces/{{trace}}/import.log",
+        PATHS.trace_log("import"),
     wildcard_constraints:
         trace=traces_from("import"),
     params:
@@ -73,11 +42,11 @@ rule import_trace:
 
 rule gather_trace:
     input:
-        stage_config("gather_trace", "{trace}"),
+        PATHS.stage_config("gather_trace", "{trace}"),
     output:
-        f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        PATHS.trace(),
     log:
-        f"{LOGS}/traces/{{trace}}/gather.log",
+        PATHS.trace_log("gather"),
     wildcard_constraints:
         trace=traces_from("gather"),
     params:
@@ -100,12 +69,12 @@ rule gather_trace:
 
 rule split_trace:
     input:
-        trace=f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        trace=PATHS.trace(),
     output:
-        train=f"{RESULTS}/traces/{{trace}}/train.parquet",
-        test=f"{RESULTS}/traces/{{trace}}/test.parquet",
+        train=PATHS.trace(part="train"),
+        test=PATHS.trace(part="test"),
     log:
-        f"{LOGS}/traces/{{trace}}/split.log",
+        PATHS.trace_log("split"),
     wildcard_constraints:
         trace=traces_from("import", "gather"),
     params:
@@ -121,24 +90,24 @@ rule split_trace:
 # throughput stage's bayes reads the test part's).
 use rule split_trace as split_simulated_trace with:
     input:
-        trace=f"{RESULTS}/traces/{{trace}}/trace.parquet",
-        truth=f"{RESULTS}/traces/{{trace}}/trace.truth.npz",
+        trace=PATHS.trace(),
+        truth=PATHS.truth(),
     output:
-        train=f"{RESULTS}/traces/{{trace}}/train.parquet",
-        test=f"{RESULTS}/traces/{{trace}}/test.parquet",
-        train_truth=f"{RESULTS}/traces/{{trace}}/train.truth.npz",
-        test_truth=f"{RESULTS}/traces/{{trace}}/test.truth.npz",
+        train=PATHS.trace(part="train"),
+        test=PATHS.trace(part="test"),
+        train_truth=PATHS.truth(part="train"),
+        test_truth=PATHS.truth(part="test"),
     wildcard_constraints:
         trace=traces_from("simulate"),
 
 
 rule describe_trace:
     input:
-        f"{RESULTS}/traces/{{trace}}/trace.parquet",
+        PATHS.trace(),
     output:
-        f"{RESULTS}/traces/{{trace}}/describe.json",
+        PATHS.describe(),
     log:
-        f"{LOGS}/traces/{{trace}}/describe.log",
+        PATHS.trace_log("describe"),
     conda:
         "../envs/bdsgd.yaml"
     shell:

@@ -7,20 +7,20 @@
 
 rule train:
     input:
-        config=stage_config("train", "{task}"),
-        trace=f"{RESULTS}/traces/{TRAIN['trace']}/test.parquet",
-        history=f"{RESULTS}/traces/{TRAIN['trace']}/train.parquet",
+        config=PATHS.stage_config("train", "{task}"),
+        trace=PATHS.trace(TRAIN["trace"], "test"),
+        history=PATHS.trace(TRAIN["trace"], "train"),
         model=lambda wc: model_input(TRAIN["trace"], [wc.policy]),
         truth=lambda wc: truth_input(TRAIN["trace"], [wc.policy]),
     output:
-        result=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/result.json",
-        metrics=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/metrics.parquet",
-        network=f"{RESULTS}/runs/{{task}}/{{policy}}/seed{{seed}}/model.pt",
+        result=PATHS.run("result.json"),
+        metrics=PATHS.run("metrics.parquet"),
+        network=PATHS.run("model.pt"),
     log:
-        f"{LOGS}/runs/{{task}}/{{policy}}/seed{{seed}}.log",
+        PATHS.run_log(),
     params:
         model=lambda wc, input: f"--model {input.model}" if input.model else "",
-        out=lambda wc: run_dir(wc.task, wc.policy, wc.seed),
+        out=lambda wc: PATHS.run_dir(wc.task, wc.policy, wc.seed),
     # the run sets torch's threads to train.threads
     threads: TRAIN["threads"]
     resources:

@@ -1,4 +1,5 @@
-"""Convergence runs on a virtual cluster: one process, a clock driven by a run-time trace.
+"""Synchronous SGD with a cutoff on the virtual cluster: one process, a clock driven by a
+run-time trace.
 
 n = trace.n_workers workers each compute a mini-batch gradient at every iteration t. The trace's
 row t mod T says how long each worker took (the trace is cycled when the run is longer than
@@ -15,7 +16,7 @@ square-root scaling (the step's noise stays the same), or lr under none.
 
 Under train.objective progress a predictive policy maximises the expected loss decrease per
 second instead of gradients per second (``bdsgd.policies.progress``), from the gradient noise
-scale that it estimates from the accepted gradients: the gradient is then taken in two parts
+scale that it estimates from the accepted gradients: the gradient is then taken in two groups
 (the first ceil(c/2) accepted workers and the rest; at c = 1 the two halves of its batch),
 whose squared norms and their mean's feed the estimator (``noise_step``; the update is the
 same).
@@ -39,123 +40,50 @@ decision times and, under the progress objective, each iteration's gradient stat
 SIGTERM (what SLURM sends before preempting a job) or SIGINT ends the run at the end of the
 iteration with a checkpoint, and the same command resumes it. Policies are not pickled: on
 resume the policy is rebuilt and the server loop replays the finished iterations through it
-(``bdsgd.server.catch_up``: deterministic, and checked against the recorded cutoffs), so any
+(``bdsgd.loop.catch_up``: deterministic, and checked against the recorded cutoffs), so any
 policy resumes without a state format.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
 from bdsgd.config import Config
-from bdsgd.errors import UserError
-from bdsgd.policies import make_policy, spec
+from bdsgd.devices import torch_settings
+from bdsgd.loop import Server, catch_up
+from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.policies.progress import LR_SCALING
-from bdsgd.server import Server, catch_up, load_needs, warm_up
-from bdsgd.traces.schema import Trace
-from bdsgd.training.common import (
-    Recorder,
-    apply_gradient,
-    backward,
-    load_checkpoint,
-    new_model,
-    prepare,
-    save_checkpoint,
-    stop_requests,
-    take_gradient,
-    torch_settings,
-    write_outputs,
-)
+from bdsgd.sgd import noise_step, sgd_step
+from bdsgd.training.record import Recorder, write_outputs
+from bdsgd.training.run import load_checkpoint, new_model, prepare, save_checkpoint, stop_requests
+
+logger = logging.getLogger(__name__)
 
 
-def sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-             y: torch.Tensor, chunk: int, device: torch.device) -> float:
-    """One update on the mean loss over the union batch (x, y); returns that loss.
-
-    Gradients of chunks of at most ``chunk`` samples accumulate to the gradient of the mean.
-    """
-    optimizer.zero_grad(set_to_none=True)
-    total = backward(model, x, y, chunk, device)
-    optimizer.step()
-    return total.item()
-
-
-def noise_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-               y: torch.Tensor, split: int, chunk: int, device: torch.device) -> tuple[float, tuple]:
-    """``sgd_step`` with the gradient taken in two parts, the first ``split`` samples (group A)
-    and the rest (B): the update is on their weighted mean, the same gradient, and the squared
-    norms give the noise scale's estimator (``bdsgd.policies.progress``): (loss, (small_sq,
-    big_sq, b_small, b_big)), small_sq the mean of |G_A|^2 and |G_B|^2, 1/b_small the mean of
-    1/b_A and 1/b_B, big_sq = |G|^2 over all b_big samples."""
-    b_big, parts = len(y), []
-    optimizer.zero_grad(set_to_none=True)
-    for xs, ys in ((x[:split], y[:split]), (x[split:], y[split:])):
-        loss = backward(model, xs, ys, chunk, device)
-        parts.append((len(ys) / b_big, loss, take_gradient(model)))
-    (wa, la, ga), (wb, lb, gb) = parts
-    mean = [wa * a + wb * b for a, b in zip(ga, gb, strict=True)]
-    apply_gradient(model, optimizer, mean)
-
-    def sq(grads):
-        return sum(float((g * g).sum()) for g in grads)
-
-    b_small = 2.0 / (1.0 / split + 1.0 / (b_big - split))
-    return (wa * la + wb * lb).item(), (0.5 * (sq(ga) + sq(gb)), sq(mean), b_small, float(b_big))
-
-
-def _build_policy(cfg: Config, name: str, trace: Trace, trace_path, seed: int, model_path,
-                  history: Trace | None):
-    try:
-        need = spec(name)
-    except ValueError as exc:
-        raise UserError("--policy", "policy", str(exc)) from None
-    if need.needs_truth and cfg.training().max_iterations > trace.n_iterations:
-        raise UserError(cfg.source, "train.max_iterations", f"policy {name} knows the simulator's "
-                        f"state of the trace's {trace.n_iterations} iterations only; a run of "
-                        f"{cfg.training().max_iterations} would cycle it: shorten the run")
-    model, truth = load_needs([name], str(trace_path), model_path)
-    policy = make_policy(name, trace.n_workers, cfg.policies, seed=seed,
-                         comm_s=cfg.throughput.comm_s, runtimes=trace.runtimes, model=model,
-                         truth=truth, offset=int((trace.meta.get("slice") or [0])[0]),
-                         objective=cfg.training().objective, batch=cfg.training().batch_size,
-                         lr_scaling=cfg.training().lr_scaling)
-    if history is not None and need.learns:
-        warm_up(policy, history, cfg.throughput.comm_s)
-    return policy
-
-
-def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
-              model_path=None, history_path=None) -> Path:
-    """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
-    out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
-    ``history_path``: the trace's iterations before the replayed ones (its training part), which
-    a policy that learns from observations sees first (``bdsgd.server.warm_up``).
-    ``policy`` async or cyclic: that training mode instead of a cutoff policy."""
-    if policy == "async":
-        from bdsgd.training.asynchronous import train_async
-
-        return train_async(cfg, task, seed, trace_path, out_dir, history_path)
-    if policy == "cyclic":
-        from bdsgd.training.cyclic import train_cyclic
-
-        return train_cyclic(cfg, task, seed, trace_path, out_dir, history_path)
+def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
+                 model_path=None, history_path=None) -> Path:
+    """One convergence run under cutoff policy ``policy``; writes out_dir/{metrics.parquet,
+    result.json, model.pt} (and out_dir/checkpoint.pt while it runs, from which an interrupted
+    run resumes). ``history_path``: the trace's iterations before the replayed ones (its
+    training part), which a policy that learns from observations sees first."""
     wall_start = time.perf_counter()
     comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
     r = prepare(cfg, task, policy, seed, trace_path, out_dir, history_path)
     tc, trace, data, streams, device = r.tc, r.trace, r.data, r.streams, r.device
-    pol = _build_policy(cfg, policy, trace, trace_path, seed, model_path, r.history)
+    pol = build_policy(policy, cfg, seed=seed, n_workers=trace.n_workers, trace=trace,
+                       inputs=load_inputs([policy], trace_path, model_path), history=r.history,
+                       iterations=tc.max_iterations, training=tc)
     T, n = trace.runtimes.shape
     cycles = tc.max_iterations / T
-    print(f"train {task} / {policy} / seed {seed}: n={n} workers, T={T} trace iterations "
-          f"({cycles:.2f} cycles over {tc.max_iterations} iterations), batch {tc.batch_size} "
-          f"per worker ({streams.per_epoch} per epoch), lr {tc.learning_rate} at c=n "
-          f"({tc.lr_scaling} scaling), comm {comm_s} s, target accuracy {r.target}, "
-          f"device {device}")
+    logger.info("train %s / %s / seed %d: n=%d workers, T=%d trace iterations (%.2f cycles over %d "
+             "iterations), batch %d per worker (%d per epoch), lr %s at c=n (%s scaling), comm "
+             "%s s, target accuracy %s, device %s", task, policy, seed, n, T, cycles,
+             tc.max_iterations, tc.batch_size, streams.per_epoch, tc.learning_rate,
+             tc.lr_scaling, comm_s, r.target, device)
 
     with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = new_model(r, seed, tc.learning_rate)
@@ -190,7 +118,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = data.batch(data.train, streams.batch(t, np.flatnonzero(obs.accepted)))
-            # the two parts: the first ceil(c/2) accepted workers' samples and the rest, or
+            # the two groups: the first ceil(c/2) accepted workers' samples and the rest, or
             # the two halves of one worker's batch (a batch of one sample has no halves)
             split = (c + 1) // 2 * tc.batch_size if c >= 2 else tc.batch_size // 2
             if progress is not None and split > 0:

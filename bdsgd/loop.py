@@ -12,10 +12,9 @@ The policy's wall-clock work per iteration (``choose`` plus ``observe``: a model
 does its filtering in ``observe``) is measured here and nowhere else, so every trainer charges
 and reports the same overhead.
 
-``replay`` runs a policy over a whole trace, ``warm_up`` shows it the iterations that came
-before (fully observed), and ``catch_up`` brings a freshly built policy to the state it had after
-recorded iterations (resume without pickling a policy: every policy is deterministic given its
-seed, which ``catch_up`` checks).
+``replay`` runs a policy over a whole trace, and ``catch_up`` brings a freshly built policy to
+the state it had after recorded iterations (resume without pickling a policy: every policy is
+deterministic given its seed, which ``catch_up`` checks).
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ from time import perf_counter_ns
 import numpy as np
 
 from bdsgd.cutoff import Observation, observation, throughput
-from bdsgd.errors import UserError
-from bdsgd.policies import spec
 from bdsgd.policies.base import Policy
+from bdsgd.traces.io import require_complete
 from bdsgd.traces.schema import Trace
 
 
@@ -67,59 +65,6 @@ class Server:
         """An iteration whose run-times are known in advance (a trace row): the server sees the
         c fastest and, for the rest, only the cutoff time."""
         return self.step(lambda c: observation(t, runtimes, c, comm_s))
-
-
-def require_complete(trace: Trace, source: str) -> None:
-    """Replay needs every run-time: a censored trace is a user error naming its first gap."""
-    if not trace.complete:
-        t, w = np.argwhere(trace.censored)[0]
-        raise UserError(source, f"iteration {trace.iterations[t]}, worker {trace.workers[w]}, "
-                        "censored", "replay needs every run-time; this trace has censored values")
-
-
-def read_history(history_path, trace: Trace, trace_path: str) -> Trace | None:
-    """The warm-up history for a run over ``trace``: complete, and of the same workers."""
-    from bdsgd.traces.io import read_trace
-
-    if history_path is None:
-        return None
-    history = read_trace(history_path)
-    require_complete(history, str(history_path))
-    if history.n_workers != trace.n_workers:
-        raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
-                        f"replayed trace {trace_path} has {trace.n_workers}")
-    return history
-
-
-def load_needs(names: list[str], trace_path: str, model_path) -> tuple[object, object]:
-    """The run-time model and the simulator's truth, for the policies whose ``spec`` needs them
-    (a policy that needs one and has none is a user error naming the flag or the file)."""
-    needs = [spec(name) for name in names]
-    model = truth = None
-    if any(need.needs_model for need in needs):
-        if model_path is None:
-            raise UserError("--model", "bdsgd", "policy bdsgd needs a run-time model: pass "
-                            "--model MODEL.pt (from 'bdsgd model train')")
-        from bdsgd.runtime_model.checkpoint import load_model
-
-        model = load_model(model_path)
-    if any(need.needs_truth for need in needs):
-        from bdsgd.traces.simulate import read_truth, truth_path
-
-        sidecar = truth_path(trace_path)
-        if not sidecar.is_file():
-            raise UserError(trace_path, "bayes", f"policy bayes needs the simulator's truth "
-                            f"{sidecar} beside the trace (only simulated traces have one)")
-        truth = read_truth(sidecar)
-    return model, truth
-
-
-def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
-    """Show ``policy`` the iterations that came before the replay, fully observed (c = n), as a
-    server that has been running (and gathering the training trace) would have seen them."""
-    n = history.n_workers
-    for t, row in enumerate(history.runtimes):
-        policy.observe(observation(t - history.n_iterations, row, n, comm_s))
 
 
 def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], comm_s: float,

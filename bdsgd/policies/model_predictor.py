@@ -37,7 +37,7 @@ class ModelPredictor:
         self.impute = model.config.censoring == "impute"
         with torch.inference_mode():
             self.state = model.initial_state(1)
-            self.parts = model.parts()
+            self.params = model.step_parameters()
         self.cached: torch.Tensor | None = None  # this iteration's draws, once drawn
         self.expected: np.ndarray | None = None  # and their sorted mean
 
@@ -48,7 +48,7 @@ class ModelPredictor:
         x = torch.where(censored, obs.cutoff_time, seen) / self.model.scale_s
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
-        self.state = self.step(self.state, x[None], censored[None], self.parts)
+        self.state = self.step(self.state, x[None], censored[None], self.params)
         self.cached = self.expected = None
 
     @torch.inference_mode()
@@ -57,7 +57,7 @@ class ModelPredictor:
         until the next observation, so a forecast and the averaging's score of it read one
         sample."""
         if self.cached is None:
-            v = self.model.draws(self.state, self.samples, self.generator, self.parts)
+            v = self.model.draws(self.state, self.samples, self.generator, self.params)
             self.cached = self.model.emitter.unspace(v) * self.model.scale_s
         return self.cached
 

@@ -1,0 +1,207 @@
+"""Building a run's policy: one place, with every check, for every kind of run.
+
+``build_policy`` turns (policy name, trace, config, run-time model, simulator truth, history)
+(``Inputs``) into a ready policy: it checks that each input fits the run (a model of the trace's worker
+count, a truth for as many iterations as the run, a history of the same workers, static backups
+that leave a worker to wait for, no reference policy on a real cluster), builds the policy
+(``make_policy``) and shows it the history (``warm_up``). Trace replay, the virtual trainers,
+their resume and the parameter server all call it; ``load_inputs`` reads the model and the
+truth from their files once for all the policies of a run.
+
+A mismatch is a ``UserError`` naming the file (or flag) and the field, never a traceback from
+deep inside a policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bdsgd.config import Config, PoliciesConfig, TrainConfig
+from bdsgd.cutoff import observation
+from bdsgd.errors import UserError
+from bdsgd.policies import spec
+
+if TYPE_CHECKING:
+    from bdsgd.policies.base import Policy
+    from bdsgd.traces.schema import Trace
+
+
+def policy_spec(name: str, flag: str = "--policy"):
+    """``spec(name)``, an unknown name being a one-line error naming ``flag``."""
+    try:
+        return spec(name)
+    except ValueError as exc:
+        raise UserError(flag, name, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a run's policies read besides the config: the run-time model (bdsgd, bdsgd-model),
+    the file it came from (errors name it) and the simulator's truth (bayes)."""
+
+    model: object = None
+    model_path: str = "--model"
+    truth: object = None
+
+
+def load_inputs(names: list[str], trace_path, model_path) -> Inputs:
+    """The run-time model and the simulator's truth that the policies ``names`` need, read once
+    (a policy that needs one and has none is a one-line error naming the flag or the file)."""
+    needs = [policy_spec(name, "--policies" if len(names) > 1 else "--policy") for name in names]
+    model = truth = None
+    if any(need.needs_model for need in needs):
+        if model_path is None:
+            raise UserError("--model", "bdsgd", "policy bdsgd needs a run-time model: pass "
+                            "--model MODEL.pt (from 'bdsgd model train')")
+        from bdsgd.runtime_model.checkpoint import load_model
+
+        model = load_model(model_path)
+    if any(need.needs_truth for need in needs):
+        from bdsgd.traces.simulate import read_truth, truth_path
+
+        sidecar = truth_path(trace_path)
+        if not sidecar.is_file():
+            raise UserError(str(trace_path), "bayes", f"policy bayes needs the simulator's truth "
+                            f"{sidecar} beside the trace (only simulated traces have one)")
+        truth = read_truth(sidecar)
+    return Inputs(model, str(model_path), truth)
+
+
+def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Trace | None = None,
+                 inputs: Inputs = Inputs(), history: Trace | None = None,
+                 iterations: int | None = None, comm_s: float | None = None,
+                 rule: str | None = None, training: TrainConfig | None = None,
+                 real: bool = False) -> Policy:
+    """Policy ``name`` ready for a run of ``n_workers`` workers over ``iterations`` iterations
+    (default: one pass of ``trace``): checked, built and warmed up on ``history``.
+
+    ``trace``: the replayed run-times (the oracles read them; None on a real cluster);
+    ``training``: the run's train: section, whose objective the predictive policies optimise
+    (None: throughput); ``real``: a real cluster, which has no truth and no future; ``rule``
+    None: the config's; ``comm_s`` None: the config's throughput.comm_s."""
+    need, model, truth = policy_spec(name), inputs.model, inputs.truth
+    source = "<distributed>" if trace is None else trace.meta.get("source", "<trace>")
+    if real and (need.needs_truth or need.needs_future):
+        raise UserError("--policy", name, "needs the simulator's truth or the future run-times, "
+                        "which a real cluster does not have")
+    if need.needs_model:
+        if model is None:
+            raise UserError("--model", name, f"policy {name} needs a run-time model: pass --model")
+        if model.n_workers != n_workers:
+            raise UserError(inputs.model_path, "n_workers",
+                            f"the run-time model was trained on {model.n_workers} workers; this run "
+                            f"has {n_workers}: train one on a trace of {n_workers} workers")
+    if need.needs_truth:
+        if truth is None:
+            raise UserError(source, name, f"policy {name} needs the simulator's truth")
+        runs = trace.n_iterations if iterations is None else iterations
+        if runs > trace.n_iterations:
+            raise UserError(cfg.source, "train.max_iterations", f"policy {name} knows the "
+                            f"simulator's state of the trace's {trace.n_iterations} iterations "
+                            f"only; a run of {runs} would cycle it: shorten the run")
+    if history is not None and history.n_workers != n_workers:
+        raise UserError(history.meta.get("source", "--history"), "workers",
+                        f"{history.n_workers} workers; the run has {n_workers}")
+    backups = cfg.policies.static_backups
+    if name.removeprefix("explore-") == "static" and backups >= 1 and backups >= n_workers:
+        raise UserError(cfg.source, "policies.static_backups", f"{backups:g} backup workers "
+                        f"leave none of the {n_workers} workers to wait for")
+    comm_s = cfg.throughput.comm_s if comm_s is None else comm_s
+    policy = make_policy(
+        name, n_workers, cfg.policies, rule=rule, seed=seed, comm_s=comm_s,
+        runtimes=None if trace is None else trace.runtimes, model=model, truth=truth,
+        offset=0 if trace is None else int((trace.meta.get("slice") or [0])[0]),
+        objective="throughput" if training is None else training.objective,
+        batch=1 if training is None else training.batch_size,
+        lr_scaling="linear" if training is None else training.lr_scaling)
+    if history is not None and need.learns:
+        warm_up(policy, history, comm_s)
+    return policy
+
+
+def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
+    """Show ``policy`` the iterations that came before the run, fully observed (c = n), as a
+    server that has been running (and gathering the training trace) would have seen them."""
+    n = history.n_workers
+    for t, row in enumerate(history.runtimes):
+        policy.observe(observation(t - history.n_iterations, row, n, comm_s))
+
+
+def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | None = None,
+                seed: int = 0, comm_s: float = 0.0, runtimes: np.ndarray | None = None,
+                model=None, truth=None, offset: int = 0, objective: str = "throughput",
+                batch: int = 1, lr_scaling: str = "linear"):
+    """Build policy ``name`` for n workers. ``rule`` None means ``cfg.rule``. ``runtimes`` (T, n)
+    is the future, for the oracles only (replayed cyclically); ``model`` a loaded run-time model
+    (bdsgd, bdsgd-model); ``truth`` the simulator's latent state (bayes), whose iteration
+    ``offset`` is the first one replayed. ``objective`` (train.objective) and ``batch`` (samples
+    per worker) are for the predictive policies (bdsgd.policies.progress); the others ignore
+    them."""
+    # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
+    # and every workflow parse read the registry only.
+    import numpy as np
+
+    from bdsgd.cutoff import hindsight_optimum, myopic_optimum
+    from bdsgd.policies.base import PredictivePolicy
+    from bdsgd.policies.baselines import Scripted, Static, Sync
+    from bdsgd.policies.explore import Explore
+    from bdsgd.policies.progress import OBJECTIVES
+
+    need = spec(name)
+    rule = cfg.rule if rule is None else rule
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
+    if need.needs_model and model is None:
+        raise ValueError(f"{name} needs a run-time model")
+    if need.needs_truth and truth is None:
+        raise ValueError(f"{name} needs the simulator's truth")
+    if need.needs_future and runtimes is None:
+        raise ValueError(f"{name} needs the trace's run-times")
+    if name.startswith("explore-"):
+        inner = make_policy(name.removeprefix("explore-"), n_workers, cfg, rule=rule, seed=seed,
+                            comm_s=comm_s, model=model, truth=truth, offset=offset,
+                            objective=objective, batch=batch, lr_scaling=lr_scaling)
+        return Explore(inner, n_workers, cfg.explore_prob, seed)
+    if name == "sync":
+        return Sync(n_workers)
+    if name == "static":
+        return Static(n_workers, cfg.static_backups)
+    if name == "oracle":
+        return Scripted(name, hindsight_optimum(np.sort(runtimes, axis=1), comm_s)[0])
+    if name == "oracle-myopic":
+        return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm_s))
+    predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset)
+    # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
+    min_gain = cfg.min_gain if need.learns else 0.0
+    return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain,
+                            objective, batch, lr_scaling)
+
+
+def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model, truth,
+               offset: int):
+    """The predictor of predictive policy ``name`` (make_policy's arguments)."""
+    from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, PerWorkerLevel, TruthPredictor
+
+    if name == "elfving":
+        return Elfving(n_workers, cfg.window)
+    if name == "ecdf":
+        return Ecdf(n_workers, cfg.window)
+    if name == "bandit":
+        return Bandit(n_workers, cfg.bandit_discount, cfg.bandit_confidence)
+    if name in ("ewma", "persist"):
+        alpha = 1 - 0.5 ** (1 / cfg.ewma_halflife) if name == "ewma" else 1.0
+        return PerWorkerLevel(n_workers, alpha, cfg.residual_window)
+    if name == "bayes":
+        return TruthPredictor(truth, offset, cfg.bayes_samples, seed)
+    # torch: only when a model is used
+    from bdsgd.policies.averaging import Averaged
+    from bdsgd.policies.model_predictor import ModelPredictor
+
+    predictor = ModelPredictor(model, seed=seed, compile=cfg.compile)
+    if name == "bdsgd-model":
+        return predictor
+    simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
+    return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)

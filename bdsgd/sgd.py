@@ -1,0 +1,99 @@
+"""The SGD primitives every trainer shares: a gradient accumulated in chunks, taken off the
+model and applied, one update on a union batch (and the same update taken in two groups, whose
+norms estimate the gradient noise scale), and the test-set evaluation.
+
+The virtual trainers (``bdsgd.training``) and the parameter server (``bdsgd.distributed``) both
+step through these, so "one update" means the same arithmetic on a real and a virtual cluster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bdsgd.tasks import Task
+
+EVAL_BATCH = 256
+# train.staleness_lr (async, cyclic): a gradient's learning-rate factor given its staleness tau
+STALENESS_LR = {"none": lambda tau: np.ones_like(tau, dtype=float),
+                "inverse": lambda tau: 1.0 / np.maximum(1, tau)}
+
+
+def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,
+             device: torch.device) -> torch.Tensor:
+    """Accumulate the gradient of the mean loss over (x, y) into .grad, in chunks; the loss."""
+    total = torch.zeros((), device=device)
+    for xs, ys in zip(x.split(chunk), y.split(chunk), strict=True):
+        xs, ys = xs.to(device, non_blocking=True), ys.to(device, non_blocking=True)
+        loss = F.cross_entropy(model(xs), ys, reduction="sum") / len(y)
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
+def take_gradient(model: nn.Module) -> list:
+    """The model's accumulated .grad tensors, detached from it (the model's are cleared)."""
+    grads = [p.grad for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def apply_gradient(model: nn.Module, optimizer: torch.optim.Optimizer, grads: list) -> None:
+    """One optimiser step on the given gradient."""
+    for p, g in zip(model.parameters(), grads, strict=True):
+        p.grad = g
+    optimizer.step()
+    model.zero_grad(set_to_none=True)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, task: Task, device: torch.device) -> tuple[float, float]:
+    """Test accuracy and mean cross-entropy over the whole test set."""
+    model.eval()
+    n = len(task.test)
+    correct, loss = 0, 0.0
+    for start in range(0, n, EVAL_BATCH):
+        x, y = task.batch(task.test, np.arange(start, min(start + EVAL_BATCH, n)))
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        logits = model(x)
+        loss += F.cross_entropy(logits, y, reduction="sum").item()
+        correct += (logits.argmax(1) == y).sum().item()
+    model.train()
+    return correct / n, loss / n
+
+
+def sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+             y: torch.Tensor, chunk: int, device: torch.device) -> float:
+    """One update on the mean loss over the union batch (x, y); returns that loss.
+
+    Gradients of chunks of at most ``chunk`` samples accumulate to the gradient of the mean.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    total = backward(model, x, y, chunk, device)
+    optimizer.step()
+    return total.item()
+
+
+def noise_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+               y: torch.Tensor, split: int, chunk: int, device: torch.device) -> tuple[float, tuple]:
+    """``sgd_step`` with the gradient taken in two groups, the first ``split`` samples (group A)
+    and the rest (B): the update is on their weighted mean, the same gradient, and the squared
+    norms give the noise scale's estimator (``bdsgd.policies.progress``): (loss, (small_sq,
+    big_sq, b_small, b_big)), small_sq the mean of |G_A|^2 and |G_B|^2, 1/b_small the mean of
+    1/b_A and 1/b_B, big_sq = |G|^2 over all b_big samples."""
+    b_big, groups = len(y), []
+    optimizer.zero_grad(set_to_none=True)
+    for xs, ys in ((x[:split], y[:split]), (x[split:], y[split:])):
+        loss = backward(model, xs, ys, chunk, device)
+        groups.append((len(ys) / b_big, loss, take_gradient(model)))
+    (wa, la, ga), (wb, lb, gb) = groups
+    mean = [wa * a + wb * b for a, b in zip(ga, gb, strict=True)]
+    apply_gradient(model, optimizer, mean)
+
+    def sq(grads):
+        return sum(float((g * g).sum()) for g in grads)
+
+    b_small = 2.0 / (1.0 / split + 1.0 / (b_big - split))
+    return (wa * la + wb * lb).item(), (0.5 * (sq(ga) + sq(gb)), sq(mean), b_small, float(b_big))

@@ -1,0 +1,175 @@
+"""A training run's record: one metrics row per iteration (or per round of n applied gradients),
+the test set evaluated along the way, W&B, the progress bar, and the outputs at the end.
+
+Every mode writes the columns ``COLUMNS``:
+
+    iteration, virtual_time_s, cutoff (workers whose gradients the row applied),
+    iteration_time_s, lr, train_loss, test_accuracy, test_loss (every train.eval_every rows and
+    at the end, NaN between), gradients (applied in the row), staleness (their mean: updates
+    applied between a gradient's parameters and its own update; 0 in the cutoff mode).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from bdsgd import tracking
+from bdsgd.config import Config
+from bdsgd.errors import Stopped
+from bdsgd.io import write_json, write_with
+from bdsgd.provenance import stamp
+from bdsgd.sgd import evaluate
+from bdsgd.training.run import RunSetup
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("iteration", "virtual_time_s", "cutoff", "iteration_time_s", "lr", "train_loss",
+           "test_accuracy", "test_loss", "gradients", "staleness")
+INTEGER_COLUMNS = {"iteration": "int64", "cutoff": "int64", "gradients": "int64"}
+
+
+def time_to_target(metrics: pd.DataFrame, target: float | None,
+                   clock: str = "virtual_time_s") -> float | None:
+    """The first time on ``clock`` at which the evaluated test accuracy reached ``target``."""
+    if target is None:
+        return None
+    hit = metrics[clock][metrics["test_accuracy"] >= target]
+    return float(hit.iloc[0]) if len(hit) else None
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+class Recorder:
+    """A run's metrics rows and what happens at the end of each: the test set evaluated when the
+    iteration passes a multiple of train.eval_every and at the last, W&B, a checkpoint when it
+    passes a multiple of train.checkpoint_every, the progress bar, and a stop request (SIGTERM /
+    SIGINT: checkpoint, then ``Stopped``)."""
+
+    def __init__(self, cfg: Config, run: RunSetup, policy: str, seed: int, out_dir: Path,
+                 log: dict | None, stop: list[int]):
+        tc = run.tc
+        self.run, self.tc, self.stop = run, tc, stop
+        self.log = log if log is not None else {col: [] for col in COLUMNS}
+        self.last = self.log["iteration"][-1] if self.log["iteration"] else 0
+        task = run.identity["task"]
+        self.wandb = (tracking.start(cfg, policy, f"{task}-{policy}-s{seed}", out_dir,
+                                     "virtual_time_s", task=task, trace=tc.trace, seed=seed)
+                      if self.last < tc.max_iterations else None)
+        self.shown = next((a for a in reversed(self.log["test_accuracy"]) if not math.isnan(a)),
+                          math.nan)
+        self.bar = tqdm(initial=self.last, total=tc.max_iterations, file=sys.stderr,
+                        desc=f"{task}/{policy}/s{seed}")
+
+    @property
+    def clock(self) -> float:
+        """The virtual time of the last row (0 before the first)."""
+        return self.log["virtual_time_s"][-1] if self.log["virtual_time_s"] else 0.0
+
+    def record(self, model: nn.Module, row: dict, save) -> None:
+        """Append ``row`` (every column but the test ones); ``save()`` writes the checkpoint."""
+        it, every = row["iteration"], lambda k: it // k > self.last // k
+        final = it >= self.tc.max_iterations
+        row["test_accuracy"] = row["test_loss"] = math.nan
+        if every(self.tc.eval_every) or final:
+            row["test_accuracy"], row["test_loss"] = evaluate(model, self.run.data, self.run.device)
+            self.shown = row["test_accuracy"]
+        for col in COLUMNS:
+            self.log[col].append(row[col])
+        tracking.log(self.wandb, row, it)
+        if every(self.tc.checkpoint_every) or final or self.stop:
+            save()
+        self.bar.update(it - self.last)
+        self.bar.set_postfix(acc=f"{self.shown:.3f}", vtime=f"{row['virtual_time_s']:.1f}s",
+                             c=row["cutoff"], refresh=False)
+        self.last = it
+        if self.stop and not final:
+            self.close(exit_code=128 + self.stop[0])
+            raise Stopped(self.stop[0], self.run.ckpt_path, it)
+
+    def close(self, exit_code: int = 0) -> None:
+        """Close the bar and the W&B run (a finished run's, exit code 0, with its summary)."""
+        self.bar.close()
+        if self.wandb is not None:
+            tracking.finish(self.wandb, metrics_summary(metrics_frame(self.log), self.run.target)
+                            if exit_code == 0 else None, exit_code)
+
+
+def staleness_summary(staleness: np.ndarray) -> dict:
+    """result.json's summary of the applied gradients' staleness (async, cyclic)."""
+    return {"mean_staleness": float(staleness.mean()), "max_staleness": int(staleness.max()),
+            "staleness_p50": float(np.percentile(staleness, 50)),
+            "staleness_p90": float(np.percentile(staleness, 90))}
+
+
+def metrics_frame(log: dict) -> pd.DataFrame:
+    """The metrics rows as metrics.parquet holds them."""
+    return pd.DataFrame(log, columns=list(COLUMNS)).astype(INTEGER_COLUMNS)
+
+
+def metrics_summary(metrics: pd.DataFrame, target: float) -> dict:
+    """The summary keys read off the metrics rows (result.json's and the W&B run's)."""
+    gradients, times = metrics["gradients"].to_numpy(), metrics["iteration_time_s"].to_numpy()
+    return {
+        "time_to_target_s": time_to_target(metrics, target),
+        "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
+        "final_test_loss": _finite(metrics["test_loss"].iloc[-1]),  # None once training diverged
+        "gradients_per_s": float(gradients.sum() / times.sum()),
+        "mean_cutoff": float(metrics["cutoff"].mean()), "iterations": int(len(metrics)),
+        "gradients": int(gradients.sum()),
+        "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
+    }
+
+
+def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace_path, history_path,
+                  out_dir: Path, wallclock: dict, extra: dict | None = None) -> dict:
+    """metrics.parquet, model.pt and result.json (``extra``: more summary keys); removes the
+    checkpoint. ``wallclock``: this process's timings, after the common note."""
+    task, policy, seed = (run.identity[k] for k in ("task", "policy", "seed"))
+    T, n = run.trace.runtimes.shape
+    metrics = metrics_frame(log)
+    write_with(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
+    write_with(out_dir / "model.pt", lambda tmp: torch.save(model.state_dict(), tmp))
+    summary = {
+        "task": task, "policy": policy, "seed": seed, "target_accuracy": run.target,
+        **metrics_summary(metrics, run.target),
+        "n_workers": n, "trace_iterations": T, "trace_cycles": run.tc.max_iterations / T,
+        **(extra or {}),
+    }
+    write_json(out_dir / "result.json", {
+        **stamp(cfg, seed, task=task, policy=policy, trace=str(trace_path),
+                trace_meta=run.trace.meta),
+        "history": None if run.history is None else {"path": str(history_path),
+                                                     "n_iterations": run.history.n_iterations},
+        "summary": summary, "wallclock": {
+            "note": "wall-clock of this process; varies run to run, not part of compared tables",
+            **wallclock}})
+    run.ckpt_path.unlink()  # the run is complete: its outputs replace the checkpoint
+    tta = summary["time_to_target_s"]
+    logger.info(f"{task}/{policy}/s{seed}: final accuracy {summary['final_accuracy']:.4f}, "
+          f"time to {run.target} {'never' if tta is None else f'{tta:.1f} s'}, "
+          f"{summary['gradients_per_s']:.2f} gradients/s, mean cutoff {summary['mean_cutoff']:.2f} "
+          f"-> {out_dir}")
+    return summary
+
+
+def write_stale_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace_path,
+                        history_path, out_dir: Path, wallclock: dict, staleness: np.ndarray,
+                        extra: dict | None = None) -> dict:
+    """``write_outputs`` for a mode whose gradients are stale (async, cyclic): the staleness
+    summary joins result.json's summary and is printed."""
+    summary = write_outputs(cfg, run, log, model, trace_path, history_path, out_dir, wallclock,
+                            {**staleness_summary(staleness), **(extra or {})})
+    logger.info(f"{run.identity['policy']} staleness: mean {summary['mean_staleness']:.2f}, "
+          f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
+    return summary

@@ -1,0 +1,83 @@
+"""One builder for every run's policy (``bdsgd.policies.build``): each input that does not fit
+the run is one line naming the file and the field, from every command that builds a policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from bdsgd.cli import main
+from bdsgd.config import default_config, from_dict
+from bdsgd.errors import UserError
+from bdsgd.policies.build import Inputs, build_policy
+from bdsgd.runtime_model.checkpoint import checkpoint
+from bdsgd.runtime_model.model import RuntimeModel
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.schema import from_arrays
+
+N = 4  # the trace's workers; the model below knows 6
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    x = np.random.default_rng(0).lognormal(0, 0.3, (20, N))
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "experiment": "build", "traces": {"t": {"source": "simulate"}},
+        "train": {"trace": "t", "tasks": ["digits"], "batch_size": 8, "max_iterations": 5}}))
+    model = tmp_path / "six.pt"
+    torch.save(checkpoint(RuntimeModel(default_config().model, 6)), model)
+    return {"trace": write_trace(from_arrays(x), tmp_path / "t.parquet"), "model": model,
+            "config": config, "out": tmp_path / "out"}
+
+
+def one_line_error(capsys, argv: list[str]) -> str:
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("bdsgd: error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("command", ["throughput", "train", "distributed"])
+def test_a_model_of_another_worker_count_is_one_line(files, capsys, command):
+    f = files
+    argv = {
+        "throughput": ["throughput", f["trace"], "--policies", "sync,bdsgd", "--model", f["model"],
+                       "--json", f["out"] / "t.json"],
+        "train": ["train", "--config", f["config"], "--task", "digits", "--policy", "bdsgd",
+                  "--seed", 0, "--trace", f["trace"], "--model", f["model"], "--out", f["out"]],
+        "distributed": ["distributed", "--workers", N, "--policy", "bdsgd", "--iterations", 2,
+                        "--config", f["config"], "--model", f["model"],
+                        "--json", f["out"] / "d.json"],
+    }[command]
+    err = one_line_error(capsys, argv)
+    assert f"{f['model']}: n_workers: " in err and "6 workers" in err and f"has {N}" in err
+    assert not f["out"].exists()  # nothing half-written
+
+
+def test_every_input_is_checked_against_the_run(files):
+    cfg = from_dict({"experiment": "x", "traces": {"t": {"source": "simulate"}},
+                     "policies": {"static_backups": N}}, "cfg.yaml")
+    trace = from_arrays(np.ones((10, N)))
+    with pytest.raises(UserError, match="cfg.yaml: policies.static_backups: "):
+        build_policy("static", cfg, seed=0, n_workers=N, trace=trace)
+    with pytest.raises(UserError, match="cfg.yaml: policies.static_backups: "):
+        build_policy("explore-static", cfg, seed=0, n_workers=N, trace=trace)
+    ok = from_dict({"experiment": "x", "traces": {"t": {"source": "simulate"}}}, "cfg.yaml")
+    with pytest.raises(UserError, match="workers; the run has 4"):
+        build_policy("ecdf", ok, seed=0, n_workers=N, trace=trace,
+                     history=from_arrays(np.ones((3, N + 1))))
+    with pytest.raises(UserError, match="train.max_iterations"):
+        build_policy("bayes", ok, seed=0, n_workers=N, trace=trace, inputs=Inputs(truth=object()),
+                     iterations=11)
+    with pytest.raises(UserError, match="real cluster"):
+        build_policy("oracle", ok, seed=0, n_workers=N, real=True)
+    with pytest.raises(UserError, match="--policy: greedy: "):
+        build_policy("greedy", ok, seed=0, n_workers=N, trace=trace)
+    policy = build_policy("ecdf", ok, seed=0, n_workers=N, trace=trace,
+                          history=from_arrays(np.ones((3, N))))
+    assert policy.choose() == N  # warmed up on equal run-times: nothing to gain by cutting
