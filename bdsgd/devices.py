@@ -16,16 +16,16 @@ import torch
 from bdsgd.errors import UserError
 
 
-def select_device(name: str, local_rank: int = 0) -> torch.device:
+def select_device(name: str, local_rank: int = 0, source: str = "config") -> torch.device:
     """The device for ``train.device`` (auto, cpu or cuda). The ranks of a node take its GPUs in
     turn by local rank: one each where there are enough, shared round robin where not. Asking
-    for CUDA on a machine without it is a one-line error."""
+    for CUDA on a machine without it is a one-line error naming ``source`` (the config file)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise UserError("config", "train.device", "cuda was asked for, and this machine has no "
+        raise UserError(source, "train.device", "cuda was asked for, and this machine has no "
                         "CUDA device")
     device = torch.device("cuda", local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)

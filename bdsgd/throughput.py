@@ -2,7 +2,7 @@
 
 At iteration t the policy picks c_t before seeing anything of it; the iteration lasts
 x_t,(c_t) + comm; the policy then observes the accepted workers' run-times and, for the rest,
-only the cutoff time (censored). The loop is the server's (``bdsgd.server.replay``).
+only the cutoff time (censored). The loop is the server's (``bdsgd.loop.replay``).
 
 Throughput = sum_t c_t / sum_t (x_t,(c_t) + comm), computed by ``bdsgd.cutoff.throughput``
 and nowhere else. ``run_benchmark`` (``bdsgd throughput``) replays every policy and writes the

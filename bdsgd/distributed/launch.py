@@ -59,7 +59,7 @@ def launch(job: Job) -> dict:
     # a missing data set, device or policy input (a model of another worker count): one line
     # here, not one from each of the n + 1 processes
     load_task(job.task, cfg.training().data_dir)
-    select_device(cfg.training().device, 0)
+    select_device(cfg.training().device, 0, cfg.source)
     build_policy(job.policy, cfg, seed=job.seed, n_workers=job.workers, comm_s=0.0, real=True,
                  inputs=load_inputs([job.policy], "<distributed>", job.model))
     port, world = _free_port(), job.workers + 1
@@ -100,7 +100,7 @@ def node(job: Job) -> None:
     kv = store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0)
     cfg = _config(job)
     tc = cfg.training()
-    device = select_device(tc.device, ranks["local"])
+    device = select_device(tc.device, ranks["local"], cfg.source)
     if rank == 0:
         from bdsgd.distributed.ps import ParameterServer
 

@@ -4,7 +4,7 @@ Before iteration t a policy picks c_t in 1..n: the parameter server will wait fo
 gradients and discard the rest. Afterwards it sees only what a parameter server sees: the
 run-times of the c_t workers that made the cutoff, and, for the others, only that they ran
 longer than the cutoff time tau_t = x_t,(c_t) (censored): ``bdsgd.cutoff.Observation``. The server
-loop (``bdsgd.server``) builds it; no policy ever receives a censored value.
+loop (``bdsgd.loop``) builds it; no policy ever receives a censored value.
 
 A predictive policy is a ``Predictor`` of next iteration's expected order statistics
 E[x_(1)] <= ... <= E[x_(n)] combined with a decision rule (``ratio`` or ``rate``), so that

@@ -52,7 +52,7 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
                 "trace_sha256": hashlib.sha256(trace.runtimes.tobytes()).hexdigest(),
                 "history_sha256": None if history is None else hashlib.sha256(
                     history.runtimes.tobytes()).hexdigest()}
-    return RunSetup(tc, trace, history, data, streams, select_device(tc.device),
+    return RunSetup(tc, trace, history, data, streams, select_device(tc.device, source=cfg.source),
                     tc.target_accuracy[task],
                identity, Path(out_dir) / "checkpoint.pt")
 

@@ -24,7 +24,7 @@ rule throughput:
     conda:
         "../envs/bdsgd.yaml"
     shell:
-        # bdsgd throughput reads the truth beside the test part itself (bdsgd.server.load_needs)
+        # bdsgd throughput reads the truth beside the test part itself (bdsgd.policies.build.load_inputs)
         "bdsgd throughput {input.trace} --policies {params.policies} {params.model} --rule both "
         "--history {input.history} --config {input.config} --json {output.json} "
         "--decisions {output.decisions} > {log} 2>&1"
