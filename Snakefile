@@ -28,7 +28,7 @@ include: "workflow/rules/figures.smk"
 
 
 # What every wildcard may be, in one place: each names something in the config (stage: a stage of
-# bdsgd.config.STAGE_READS; name: its instance). A rule's own wildcard_constraints only pick, of
+# bdsgd.stages.STAGE_READS; name: its instance). A rule's own wildcard_constraints only pick, of
 # the traces, those of the sources it makes.
 wildcard_constraints:
     trace=one_of(config["traces"]),

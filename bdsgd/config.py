@@ -204,8 +204,10 @@ class Config:
     source: str = ""  # the file it came from, for error messages; not part of the hash
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config (defaults filled in, parts ``for_stage`` guards too), as JSON data."""
-        plain = {f.name: _unwrap(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """The resolved config (defaults filled in), as JSON data; of a stage's config
+        (``bdsgd.stages``) the whole, the sections it guards included (their ``_value``)."""
+        plain = {f.name: getattr(getattr(self, f.name), "_value", getattr(self, f.name))
+                 for f in dataclasses.fields(self)}
         data = dataclasses.asdict(dataclasses.replace(self, **plain))
         data.pop("source")
         return json.loads(json.dumps(data))  # tuples -> lists
@@ -307,9 +309,9 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     )
 
 
-def load_config(path: str | Path, stage: str | None = None) -> Config:
-    """Read, default-fill and validate a YAML config file; with ``stage`` (a key of STAGE_READS),
-    as that stage may read it (``for_stage``): each command passes its own."""
+def load_config(path: str | Path) -> Config:
+    """Read, default-fill and validate a YAML config file (a command reads it through
+    ``bdsgd.stages.load_stage_config``, as its stage may)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -319,82 +321,10 @@ def load_config(path: str | Path, stage: str | None = None) -> Config:
         raise UserError(str(path), "-", f"not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(str(path), "-", "config must be a mapping of keys to values")
-    cfg = from_dict(data, str(path))
-    return cfg if stage is None else for_stage(cfg, stage)
+    return from_dict(data, str(path))
 
 
 def default_config() -> Config:
     """The schema's defaults (the schema is their one home), for commands run without --config."""
     return from_dict({"experiment": "defaults", "traces": {"t": {"source": "simulate"}},
                       "train": {"trace": "t", "tasks": ["digits"]}}, "<defaults>")
-
-
-# ---------------------------------------------------------------------------- stage reads
-# What each stage's command reads of the config, its one home: stage (the workflow's rule that runs
-# the command) -> keys ("seed"), sections ("policies"), keys of a section ("throughput.comm_s"). The
-# workflow writes each stage instance a config file of these (common.smk: config_slice) and the
-# command loads it with load_config(path, stage=...), on which reading anything else raises
-# UndeclaredRead: a key cannot take the schema's default in the DAG and the configured value by hand.
-_RUN = tuple(f"train.{f.name}" for f in dataclasses.fields(TrainConfig)
-             if f.name not in ("policies", "seeds"))  # a run gets its policy and seed as flags
-STAGE_READS = {
-    "simulate_trace": ("experiment", "traces", "seed"),  # bdsgd traces simulate
-    "gather_trace": ("experiment", "traces", "seed", "train.data_dir"),  # bdsgd traces gather
-    "train_model": ("experiment", "traces", "seed", "model", "wandb"),  # bdsgd model train
-    "evaluate_model": ("experiment", "traces", "policies", "throughput.comm_s"),  # model evaluate
-    "throughput": ("experiment", "traces", "seed", "policies", "throughput.comm_s"),
-    "train": ("experiment", "traces", "policies", "throughput.comm_s", "wandb", *_RUN),
-    "distributed": ("experiment", "traces", "policies", "wandb", *_RUN),  # bdsgd distributed
-}
-STAGE_FLAGS = {"gather_trace": ("train.data_dir",)}  # read, but given as a flag by its rule
-
-
-def slice_keys(stage: str) -> tuple[str, ...]:
-    """What the config file of stage ``stage`` holds: what it reads less what it gets as flags."""
-    return tuple(k for k in STAGE_READS[stage] if k not in STAGE_FLAGS.get(stage, ()))
-
-
-class UndeclaredRead(RuntimeError):
-    """A command read a part of the config its stage does not declare: a bug, not a user error."""
-
-
-class _Guarded:
-    """A part of the config its stage does not declare: using it raises UndeclaredRead (passing
-    it on does not). Of a section declared in part, the ``keys`` declared read through."""
-
-    __slots__ = ("_value", "_key", "_stage", "_keys")
-
-    def __init__(self, value, key: str, stage: str, keys: frozenset[str]):
-        self._value, self._key, self._stage, self._keys = value, key, stage, keys
-
-    def __getattr__(self, name: str):
-        if name.startswith("_"):  # protocols probed (copy, pickle) and slots not yet set: absent
-            raise AttributeError(name)
-        if name in self._keys:
-            return getattr(self._value, name)
-        self._fail(f"{self._key}.{name}" if dataclasses.is_dataclass(self._value) else self._key)
-
-    def _fail(self, key: str | None = None, *_) -> None:
-        raise UndeclaredRead(f"stage {self._stage!r} read config {key or self._key!r}, which "
-                             "bdsgd.config.STAGE_READS does not declare for it: declare it there "
-                             "(the workflow then writes it into the stage's config file)")
-
-    __bool__ = __len__ = __iter__ = __contains__ = __getitem__ = __hash__ = __eq__ = __lt__ = \
-        __gt__ = __int__ = __index__ = __float__ = __str__ = __format__ = __add__ = __radd__ = \
-        __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = lambda self, *_: self._fail()
-
-
-def _unwrap(value):
-    return value._value if isinstance(value, _Guarded) else value
-
-
-def for_stage(cfg: Config, stage: str) -> Config:
-    """``cfg`` as stage ``stage`` may read it: what STAGE_READS does not declare for it guarded
-    (a section declared in part stays None where the file has none of it)."""
-    reads, changes = STAGE_READS[stage], {}
-    for f in dataclasses.fields(Config):
-        changes[f.name] = value = _unwrap(getattr(cfg, f.name))
-        keys = frozenset(k.partition(".")[2] for k in reads if k.startswith(f"{f.name}."))
-        if f.name != "source" and f.name not in reads and not (keys and value is None):
-            changes[f.name] = _Guarded(value, f.name, stage, keys)
-    return dataclasses.replace(cfg, **changes)

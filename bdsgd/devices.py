@@ -33,22 +33,33 @@ def select_device(name: str, local_rank: int = 0, source: str = "config") -> tor
 
 
 @contextlib.contextmanager
+def torch_threads(threads: int):
+    """torch's CPU threads (``torch.set_num_threads``) for a block; the process's come back after.
+    Decision latencies are measured under it, so each result records the count beside them."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
 def torch_settings(threads: int, device: torch.device):
     """Threads and deterministic kernels for the run; the process's settings come back after."""
-    before = torch.get_num_threads(), torch.get_deterministic_debug_mode()
+    before = torch.get_deterministic_debug_mode()
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
         torch.backends.cudnn.benchmark = False
-    torch.set_num_threads(threads)
     # = use_deterministic_algorithms(True, warn_only=...), without importing torch._inductor
     # (seconds) for a flag that only matters to torch.compile. Some CUDA kernels have no
     # deterministic version: warn there rather than fail the run.
     torch.set_deterministic_debug_mode("warn" if device.type == "cuda" else "error")
     try:
-        yield
+        with torch_threads(threads):
+            yield
     finally:
-        torch.set_num_threads(before[0])
-        torch.set_deterministic_debug_mode(before[1])
+        torch.set_deterministic_debug_mode(before)
 
 
 def rank_env() -> dict[str, int] | None:

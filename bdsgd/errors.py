@@ -2,14 +2,19 @@
 file and the field), a stop by signal, and the entry points' handling of both.
 
 Library code says what it does through ``logging`` (a logger per module, under ``bdsgd``); an
-entry point (``run_entry_point``) shows those messages on stdout, one line each, and turns a
-``UserError`` into one line on stderr and exit status 2.
+entry point (``run_entry_point``) shows those messages on stdout, one line each (a WARNING, an
+input that is legal but probably not meant, as one line ``bdsgd: warning: ...`` on stderr), and
+turns a ``UserError`` into one line on stderr and exit status 2. A long job hears SIGTERM and SIGINT
+through ``stop_requests`` and ends with ``Stopped`` after its checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 
@@ -37,34 +42,76 @@ class Stopped(Exception):
     would; the same command resumes from ``checkpoint``.
     """
 
-    def __init__(self, signum: int, checkpoint: str, iteration: int):
+    def __init__(self, signum: int, checkpoint: str, iteration: int, unit: str = "iteration"):
         self.signum, self.checkpoint, self.iteration = signum, str(checkpoint), iteration
-        super().__init__(f"stopped by signal {signum} after iteration {iteration}; "
+        self.unit = unit  # what ``iteration`` counts: "iteration", or "epoch" (model training)
+        super().__init__(f"stopped by signal {signum} after {unit} {iteration}; "
                          f"{self.checkpoint} holds the run: the same command resumes it")
 
     def __reduce__(self):
-        return Stopped, (self.signum, self.checkpoint, self.iteration)
+        return Stopped, (self.signum, self.checkpoint, self.iteration, self.unit)
+
+
+@contextlib.contextmanager
+def stop_requests(signums=(signal.SIGTERM, signal.SIGINT)):
+    """Record SIGTERM (SLURM's preemption notice, Snakemake's cancel) and SIGINT instead of dying
+    mid-step: the loop checkpoints at the end of the row (or epoch) and stops (``Stopped``).
+    Yields the signals received; the process's handlers come back after. Only the main thread
+    may set handlers: elsewhere nothing is recorded and the signals keep their effect."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 class _Stdout(logging.StreamHandler):
     """A handler that writes to whatever ``sys.stdout`` is when a message comes (a test's
-    capture swaps it), flushing each line (a job's log follows it live)."""
+    capture swaps it), flushing each line (a job's log follows it live): INFO only."""
 
     def __init__(self):
         logging.Handler.__init__(self)
         self.setFormatter(logging.Formatter("%(message)s"))
+        self.addFilter(lambda record: record.levelno < logging.WARNING)
 
     @property
     def stream(self):
         return sys.stdout
 
 
+class _Stderr(_Stdout):
+    """WARNING and above, each as one line ``bdsgd: warning: MESSAGE`` on ``sys.stderr``."""
+
+    def __init__(self):
+        logging.Handler.__init__(self, logging.WARNING)
+        self.setFormatter(logging.Formatter("bdsgd: warning: %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
 def show_messages() -> None:
-    """Show bdsgd's messages (INFO and above) on stdout, once per process."""
+    """Show bdsgd's messages, once per process: INFO on stdout, warnings on stderr."""
     log = logging.getLogger("bdsgd")
     log.setLevel(logging.INFO)
-    if not any(isinstance(h, _Stdout) for h in log.handlers):
-        log.addHandler(_Stdout())
+    for handler in (_Stdout, _Stderr):
+        if not any(type(h) is handler for h in log.handlers):
+            log.addHandler(handler())
+
+
+class Reported(Exception):
+    """A failure a child process has reported on stderr already (its one line): the entry point
+    exits with the child's status and prints nothing more."""
+
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(f"a child process exited with status {status}")
 
 
 def run_entry_point(work: Callable[[], object]) -> int:
@@ -79,4 +126,6 @@ def run_entry_point(work: Callable[[], object]) -> int:
     except Stopped as exc:
         print(f"bdsgd: {exc}", file=sys.stderr, flush=True)
         return 128 + exc.signum
+    except Reported as exc:
+        return exc.status
     return 0

@@ -20,7 +20,10 @@ def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0, comm_
     (``runtime_model.evaluate.forecast_metrics``, filtering on full observations) and in its
     real deployment, the ``bdsgd`` policy replaying the trace and filtering only on the censored
     observations its own cutoffs produce, its throughput divided by the hindsight oracle's.
-    Returns the metrics (JSON-able) and the per-iteration predictions."""
+    Returns the metrics (JSON-able) and the per-iteration predictions; ``threads``, torch's
+    CPU threads in this process, under which ``decision_ms_p50`` was measured."""
+    import torch
+
     from bdsgd.runtime_model.evaluate import forecast_metrics
 
     result, predictions = forecast_metrics(model, trace, model.config.samples, seed)
@@ -37,6 +40,7 @@ def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0, comm_
         "sync_relative_to_oracle": float(sync_rate / oracle_rate),
         "mean_cutoff": float(run.cutoffs.mean()),
         "decision_ms_p50": float(np.median(run.decision_ns) / 1e6),
+        "threads": torch.get_num_threads(),
         "rule": rule, "n_workers": trace.n_workers, "iterations": trace.n_iterations,
         "emission": model.config.emission, "censoring": model.config.censoring,
         "forecast_filtered_on": "full observations",

@@ -99,7 +99,7 @@ class Replay:
 
 def replay(trace: Trace, policy: Policy, comm_s: float = 0.0) -> Replay:
     """Run ``policy`` over the trace, iteration by iteration, with censored feedback."""
-    require_complete(trace, trace.meta.get("source", "<trace>"))
+    require_complete(trace, trace.file)
     T, n = trace.runtimes.shape
     server = Server(policy, n)
     steps = [server.step_trace(t, trace.runtimes[t], comm_s) for t in range(T)]

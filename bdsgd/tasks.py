@@ -102,10 +102,24 @@ def _as_tensors(data: np.ndarray | torch.Tensor, targets, mean, std,
     return TensorDataset((x - mean) / std, torch.as_tensor(np.asarray(targets), dtype=torch.long))
 
 
-def _missing(path: Path, what: str, exc: Exception) -> UserError:
-    return UserError(str(path), "train.data_dir",
-                     f"{what} not found or unreadable ({str(exc).splitlines()[0]}); this machine "
-                     "downloads nothing: put the data set there first")
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte")
+CIFAR10_FILES = ("batches.meta", *(f"data_batch_{k}" for k in range(1, 6)), "test_batch")
+
+
+def _missing(path: Path, what: str, expected: tuple[str, ...], exc: Exception) -> UserError:
+    """A data set that is not there, or not readable, said in bdsgd's terms: which of its
+    ``expected`` files are absent, else why the reader refused them (torchvision's own message
+    suggests download=True, which bdsgd never does)."""
+    absent = [f for f in expected if not (path / f).exists()]
+    if absent:
+        why = f"{path} lacks {', '.join(absent[:3])}{' ...' if len(absent) > 3 else ''}"
+    elif "download" in str(exc):  # torchvision's check of the files failed (its md5 check)
+        why = "its files are corrupted: they fail the official release's checksums"
+    else:
+        why = f"unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    return UserError(str(path), "train.data_dir", f"{what} not found or unreadable: {why}; "
+                     f"bdsgd downloads nothing: put the data set there first")
 
 
 def _mnist(root: Path) -> Task:
@@ -115,7 +129,7 @@ def _mnist(root: Path) -> Task:
         train, test = MNIST(root, train=True), MNIST(root, train=False)
     # A file with the wrong magic number or size fails the idx reader's asserts and checks.
     except (RuntimeError, OSError, AssertionError, TypeError, ValueError) as exc:
-        raise _missing(root / "MNIST", "MNIST", exc) from None
+        raise _missing(root / "MNIST" / "raw", "MNIST", MNIST_FILES, exc) from None
     stats = ((0.1307,), (0.3081,))
     return Task("mnist", _as_tensors(train.data, train.targets, *stats, channels_last=False),
                 _as_tensors(test.data, test.targets, *stats, channels_last=False), 10, _lenet)
@@ -127,7 +141,7 @@ def _cifar10(root: Path) -> Task:
     try:
         train, test = CIFAR10(root, train=True), CIFAR10(root, train=False)
     except (RuntimeError, OSError) as exc:
-        raise _missing(root / "cifar-10-batches-py", "CIFAR-10", exc) from None
+        raise _missing(root / "cifar-10-batches-py", "CIFAR-10", CIFAR10_FILES, exc) from None
     stats = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
     return Task("cifar10", _as_tensors(train.data, train.targets, *stats, channels_last=True),
                 _as_tensors(test.data, test.targets, *stats, channels_last=True), 10, _small_vgg)
@@ -148,7 +162,8 @@ def _imagenet(root: Path) -> Task:
         train = ImageFolder(str(base / "train"), transform=train_tf)
         test = ImageFolder(str(base / "val"), transform=test_tf)
     except OSError as exc:
-        raise _missing(base, "ImageNet-style folders train/ and val/", exc) from None
+        raise _missing(base, "ImageNet-style folders train/ and val/", ("train", "val"),
+                       exc) from None
     if train.classes != test.classes:
         raise UserError(str(base / "val"), "train.data_dir", "val/ has other classes than train/")
     classes = len(train.classes)

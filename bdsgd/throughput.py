@@ -8,7 +8,10 @@ Throughput = sum_t c_t / sum_t (x_t,(c_t) + comm), computed by ``bdsgd.cutoff.th
 and nowhere else. ``run_benchmark`` (``bdsgd throughput``) replays every policy and writes the
 table, relative to the exact hindsight optimum, and the per-iteration decisions. The ``async``
 row is the asynchronous schedule's (``bdsgd.schedules.async_reference``), the one the async
-trainer runs.
+trainer runs. The replay runs on ``threads`` torch threads (``resources.throughput_threads``, the
+rule's Snakemake threads, unless ``--threads`` says otherwise), and the table records the count
+beside the decision latencies it measured under it: torch on every core of a shared machine
+made bdsgd's decision 20x slower than on one.
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ from bdsgd.policies import RULES, is_known, spec
 from bdsgd.policies.base import Policy
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.schedules import async_reference
-from bdsgd.traces.io import read_history, require_complete
+from bdsgd.traces.io import read_history, require_complete, require_cutoff
 from bdsgd.traces.schema import Trace
 
 logger = logging.getLogger(__name__)
 
 
-def _row(run: Replay, oracle_rate: float, rule: str | None) -> dict:
+def _row(run: Replay, oracle_rate: float, rule: str | None, threads: int) -> dict:
     ms = run.decision_ns / 1e6
     c = run.cutoffs
     return {
@@ -45,6 +48,7 @@ def _row(run: Replay, oracle_rate: float, rule: str | None) -> dict:
         "mean_iteration_s": float(run.durations.mean()),
         "decision_ms_p50": float(np.percentile(ms, 50)),
         "decision_ms_p99": float(np.percentile(ms, 99)),
+        "threads": threads,  # torch's, under which decision_ms_* were measured
         "rule": rule,
     }
 
@@ -63,13 +67,15 @@ def _describe(trace: Trace, path: str, comm_s: float, oracle_rate: float) -> dic
 
 def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
-                  seed: int | None = None, history_path=None) -> dict:
+                  seed: int | None = None, history_path=None, threads: int | None = None) -> dict:
     """Replay ``trace_path`` under every policy; write the table (JSON) and decisions (Parquet).
 
     ``rule`` None takes the config's; "both" adds rows ``<policy>/ratio`` and ``<policy>/rate``
     for each predictive policy, the plain name being the config's rule. ``history_path``: the
     iterations of the same run before the replayed ones (the training part), which every policy
     that learns from observations sees first (``warm_up``); without it they all start cold.
+    ``threads``: torch's CPU threads for the replay, the process's restored after (None: the
+    config's ``resources.throughput_threads``).
     """
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
@@ -86,9 +92,13 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     default_rule = pcfg.rule if rule in (None, "both") else rule
     comm_s = resolved.throughput.comm_s if comm_s is None else comm_s
     seed = resolved.seed if seed is None else seed
+    threads = resolved.resources.throughput_threads if threads is None else threads
+    if threads < 1:
+        raise UserError("--threads", str(threads), "must be at least 1")
     trace_path = str(trace_path)
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
+    require_cutoff(trace, trace_path)
     inputs = load_inputs([p for p in policies if p != "async"], trace_path, model_path)
     history = read_history(history_path, trace, trace_path)
 
@@ -105,32 +115,35 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
 
     def row(name: str, r: str | None) -> dict:
         result, policy = run(name, r)
-        out = _row(result, oracle_rate, r)
+        out = _row(result, oracle_rate, r, threads)
         if name.startswith("explore-"):
             inner, _ = run(name.removeprefix("explore-"), r)
             out["explored_fraction"] = policy.explored / trace.n_iterations
             out["explore_cost"] = 1 - result.gradients_per_s / inner.gradients_per_s
         return out
 
-    table: dict[str, dict] = {}
-    for name in policies:
-        if name == "async":
-            table[name] = {**async_reference(trace.runtimes, comm_s), "mean_cutoff": 1.0,
-                           "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
-                           "rule": None,
-                           "note": "reference: applies every gradient, one at a time, ignoring "
-                                   "staleness; its relative_to_oracle may exceed 1"}
-            table[name]["relative_to_oracle"] = table[name]["gradients_per_s"] / oracle_rate
-        elif not spec(name).predictive:
-            table[name] = row(name, None)
-        elif rule == "both":
-            for r in RULES:
-                table[f"{name}/{r}"] = row(name, r)
-            table[name] = dict(table[f"{name}/{default_rule}"])
-        else:
-            table[name] = row(name, default_rule)
+    from bdsgd.devices import torch_threads  # torch: only when a replay runs
 
-    result = {"policies": table, "default_rule": default_rule,
+    table: dict[str, dict] = {}
+    with torch_threads(threads):
+        for name in policies:
+            if name == "async":
+                table[name] = {**async_reference(trace.runtimes, comm_s), "mean_cutoff": 1.0,
+                               "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
+                               "threads": threads, "rule": None,
+                               "note": "reference: applies every gradient, one at a time, "
+                                       "ignoring staleness; its relative_to_oracle may exceed 1"}
+                table[name]["relative_to_oracle"] = table[name]["gradients_per_s"] / oracle_rate
+            elif not spec(name).predictive:
+                table[name] = row(name, None)
+            elif rule == "both":
+                for r in RULES:
+                    table[f"{name}/{r}"] = row(name, r)
+                table[name] = dict(table[f"{name}/{default_rule}"])
+            else:
+                table[name] = row(name, default_rule)
+
+    result = {"policies": table, "default_rule": default_rule, "threads": threads,
               "trace": _describe(trace, trace_path, comm_s, oracle_rate),
               "history": None if history is None else {
                   "path": str(history_path), "n_iterations": history.n_iterations},
@@ -171,7 +184,8 @@ def format_table(result: dict) -> str:
     rows = sorted(result["policies"].items(), key=lambda kv: -kv[1]["gradients_per_s"])
     t = result["trace"]
     lines = [f"{t['path']}: {t['n_iterations']} iterations x {t['n_workers']} workers, "
-             f"comm {t['comm_s']:g} s, oracle {t['oracle_gradients_per_s']:.4g} gradients/s",
+             f"comm {t['comm_s']:g} s, oracle {t['oracle_gradients_per_s']:.4g} gradients/s, "
+             f"torch threads {result['threads']}",
              f"{'policy':<24}{'grad/s':>12}{'/oracle':>9}{'mean c':>9}{'std c':>8}"
              f"{'ms p50':>9}{'ms p99':>9}"]
     for name, r in rows:

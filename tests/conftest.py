@@ -1,36 +1,117 @@
-"""Shared fixtures: a tiny experiment config, written to disk like a user's, and the tiny
-DAG run once for every test module that reads its outputs."""
+"""Shared fixtures: a tiny experiment config written to disk like a user's, and the session's
+runs of the tiny DAG: once locally, its stages once by hand, once on SLURM (where SLURM's daemons
+are installed).
+
+The runs the selected tests read start in the background as soon as the tests are collected (on
+two threads of this process that wait on their subprocesses, in this environment as it was then),
+and the test modules that read them run last: meanwhile the other tests run. No test writes into a
+run.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import (
+    run_dag,
+    run_stages_by_hand,
+    stop_subprocesses,
+    tiny_config,
+    tiny_dag_config,
+)
+from tests.slurm_cluster import run_on_slurm
+
+# The session's runs, in the order they start: fixture name -> what it does, in a working
+# directory of its own, with the tiny DAG's config file and the environment to run in.
+RUNS = {"tiny_dag": run_dag, "slurm_runs": run_on_slurm, "stages_by_hand": run_stages_by_hand}
 
 
-def tiny_config(**overrides) -> dict:
-    """The smallest config that exercises every stage (seconds, not minutes)."""
-    cfg = {
-        "experiment": "tiny",
-        "seed": 0,
-        "traces": {"sim": {"source": "simulate",
-                           "simulate": {"workers": 6, "iterations": 120, "workers_per_node": 3}}},
-        "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16},
-        "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",
-                                    "oracle", "oracle-myopic"]},
-        "train": {"trace": "sim", "tasks": ["digits"], "policies": ["sync", "bdsgd"],
-                  "seeds": [0], "batch_size": 8, "max_iterations": 30, "eval_every": 10,
-                  "target_accuracy": {"digits": 0.5}},
-    }
-    cfg.update(overrides)
-    return cfg
+class Background:
+    """The session's runs, each started once, two at a time, on background threads."""
+
+    def __init__(self):
+        self.root: Path | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.environ: dict[str, str] = {}
+        self.runs: dict[str, Future] = {}
+
+    def config(self) -> tuple[Path, dict]:
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="bdsgd-session-"))
+            self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bdsgd-session")
+            # the runs' environment: this one before any test changes it (monkeypatch.setenv)
+            self.environ = dict(os.environ)
+            (self.root / "tiny.yaml").write_text(yaml.safe_dump(tiny_dag_config()))
+        return self.root / "tiny.yaml", tiny_dag_config()
+
+    def start(self, name: str) -> Future:
+        if name not in self.runs:
+            config, _ = self.config()
+            self.runs[name] = self.pool.submit(RUNS[name], self.root / name, config,
+                                               self.environ)
+        return self.runs[name]
+
+    def result(self, name: str):
+        """A finished run's working directory, config file and config, and what it returned;
+        its failure, raised."""
+        returned = self.start(name).result()
+        config, cfg = self.config()
+        return self.root / name, config, cfg, returned
+
+    def close(self) -> None:
+        """Stop what still runs (a session cut short) and remove every run's files."""
+        if self.pool is not None:
+            for run in self.runs.values():
+                run.cancel()
+            stop_subprocesses()
+            self.pool.shutdown(wait=True)
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+BACKGROUND = Background()
+
+
+def _reads_a_run(item: pytest.Item) -> bool:
+    """Whether the test reads a session run and will run (not skipped by a plain condition)."""
+    skipped = any(m.args[:1] == (True,) for m in item.iter_markers("skipif")) or any(
+        item.iter_markers("skip"))
+    return not skipped and bool(RUNS.keys() & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m deselect
+def pytest_collection_modifyitems(session, config, items):
+    """The modules whose tests read a session run go last: the runs go on meanwhile. Of those,
+    the modules that read only the DAG (the first run to finish) go first."""
+    order = list(RUNS)
+    late: dict[Path, int] = {}
+    for item in items:
+        if _reads_a_run(item):
+            last = max(order.index(name) for name in RUNS.keys() & set(item.fixturenames))
+            late[item.path] = max(late.get(item.path, 0), last)
+    items[:] = [i for i in items if i.path not in late] + sorted(
+        (i for i in items if i.path in late), key=lambda i: late[i.path])
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    needed = {name for item in session.items if _reads_a_run(item)
+              for name in RUNS.keys() & set(item.fixturenames)}
+    for name in RUNS:  # in RUNS' order: the DAG, that more tests read, first
+        if name in needed:
+            BACKGROUND.start(name)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    BACKGROUND.close()
 
 
 @pytest.fixture
@@ -40,43 +121,22 @@ def config_file(tmp_path: Path) -> Path:
     return path
 
 
-def run_cli(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m bdsgd ARGS`` as a user would; fail the test with its output if asked."""
-    env = dict(os.environ, PYTHONWARNINGS="error::DeprecationWarning:bdsgd")
-    proc = subprocess.run([sys.executable, "-m", "bdsgd", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or REPO, env=env, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"bdsgd {' '.join(map(str, args))} exited {proc.returncode}:\n"
-                             f"{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def snakemake(*args: str, cwd: Path = REPO, timeout: int = 1200) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=timeout)
-
-
-def run_dag(workdir: Path, config: Path) -> None:
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                     "--configfile", str(config), "--cores", "2")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+@pytest.fixture(scope="session")
+def tiny_dag() -> tuple[Path, Path, dict]:
+    """The tiny DAG (a simulated and an imported trace: helpers.tiny_dag_config), run once per
+    session: (working directory, config file, config)."""
+    return BACKGROUND.result("tiny_dag")[:3]
 
 
 @pytest.fixture(scope="session")
-def tiny_dag(tmp_path_factory):
-    """The tiny DAG (a simulated and an imported trace), run once for every test module that
-    reads it (none writes into it): (working directory, config file, config)."""
-    root = tmp_path_factory.mktemp("dag")
-    cfg = tiny_config()
-    cfg["traces"]["pai"] = {"source": "import", "format": "alibaba-pai",
-                            "path": str(REPO / "tests/data/alibaba_pai_job_1_norm.csv")}
-    config = root / "tiny.yaml"
-    config.write_text(yaml.safe_dump(cfg))
-    run_dag(root / "a", config)
-    yield root / "a", config, cfg
-    shutil.rmtree(root)
+def stages_by_hand() -> tuple[Path, Path, dict]:
+    """The same DAG's stages run by hand (helpers.run_stages_by_hand) on the same config file,
+    without Snakemake: (working directory, config file, config)."""
+    return BACKGROUND.result("stages_by_hand")[:3]
+
+
+@pytest.fixture(scope="session")
+def slurm_runs() -> dict:
+    """The same DAG on a single-node SLURM started for it, through each profile at once
+    (slurm_cluster.run_on_slurm): what that returns."""
+    return BACKGROUND.result("slurm_runs")[3]

@@ -4,10 +4,13 @@ conftest.py's fixtures), never from one another."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +49,41 @@ def tiny_dag_config() -> dict:
 
 
 # ---------------------------------------------------------------------------- commands
+_RUNNING: set[subprocess.Popen] = set()
+_STOPPED = threading.Event()
+
+
+def run_stoppable(args: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, capture_output=True, text=True)`` in a process group of its own,
+    which a timeout or ``stop_subprocesses`` (the session's end) kills whole: Snakemake's jobs
+    too, not only Snakemake."""
+    if _STOPPED.is_set():
+        raise RuntimeError("the test session is over: no more subprocesses")
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **kwargs) as proc:
+        _RUNNING.add(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        finally:
+            _RUNNING.discard(proc)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop_subprocesses() -> None:
+    """Kill every ``run_stoppable`` process group still running, and start no more."""
+    _STOPPED.set()
+    for proc in list(_RUNNING):
+        _kill_group(proc)
+
+
 def run_cli(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m bdsgd ARGS`` as a user would; fail the test with its output if asked."""
     env = dict(os.environ, PYTHONWARNINGS="error::DeprecationWarning:bdsgd")
@@ -57,19 +95,34 @@ def run_cli(*args: str, check: bool = True, cwd: Path | None = None) -> subproce
     return proc
 
 
+def bdsgd_in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """``bdsgd ARGS`` in this process (``bdsgd.cli.main``, what the console script calls): its
+    exit status and what it printed, as ``run_cli`` gives them. For the commands whose process
+    is not the point: tests/test_cli.py starts each program once."""
+    from bdsgd.cli import main
+
+    capsys.readouterr()  # what came before is not the command's
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["bdsgd", *map(str, args)], code, out, err)
+
+
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
-def snakemake(*args: str, cwd: Path = REPO, timeout: int = 1200) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=timeout)
+def snakemake(*args: str, cwd: Path = REPO, timeout: int = 1200,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Snakemake, its jobs finding this environment's bdsgd; in ``env`` (default: this
+    process's environment)."""
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    return run_stoppable([SNAKEMAKE, *args], cwd=cwd, env=env, timeout=timeout)
 
 
-def run_dag(workdir: Path, config: Path) -> None:
+def run_dag(workdir: Path, config: Path, env: dict[str, str] | None = None) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                     "--configfile", str(config), "--cores", "2")
+                     "--configfile", str(config), "--cores", "2", env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
@@ -165,3 +218,106 @@ class Regimes:
             return rng.uniform(10.0, 10.5, (n_samples, self.n))
         base = np.where(np.arange(self.n) < self.n // 2, 1.0, 3.0)
         return base * rng.uniform(0.95, 1.05, (n_samples, self.n))
+
+
+# ---------------------------------------------------------------- the DAG, stage by stage
+def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None = None) -> None:
+    """Every stage of the DAG of ``config`` (one that holds a train: section and the traces it
+    names), run by hand in ``workdir`` in the DAG's order: the commands its rules run, with the
+    files its layout names and the threads Snakemake gives each job (OMP_NUM_THREADS=1: every
+    rule's threads at the schema's defaults), each reading ``config`` itself (no stage config
+    files: no Snakemake at all), in ``env`` (default: this process's environment). Fails on the
+    first command that fails."""
+    import yaml
+
+    from bdsgd.layout import Layout
+    from bdsgd.policies import spec
+    from bdsgd.schedules import MODES
+
+    cfg = yaml.safe_load(config.read_text())
+    paths = Layout.of(cfg["experiment"])
+    env = dict(os.environ if env is None else env, OMP_NUM_THREADS="1",
+               PYTHONWARNINGS="error::DeprecationWarning:bdsgd")
+
+    def needs_model(policies):
+        return any(spec(p).needs_model for p in policies if p not in MODES)
+
+    def bdsgd(*args, stdout: str | None = None) -> None:
+        args = [str(a) for a in args]
+        out = workdir / stdout if stdout else None
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        proc = run_stoppable([sys.executable, "-m", "bdsgd", *args], cwd=workdir, env=env,
+                             timeout=600)
+        if proc.returncode != 0:
+            raise AssertionError(f"bdsgd {' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        if out is not None:
+            out.write_text(proc.stdout)
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    throughput = cfg["throughput"]["policies"]
+    for name, trace in cfg["traces"].items():
+        if trace["source"] == "simulate":
+            bdsgd("traces", "simulate", "--config", config, "--name", name,
+                  "--out", paths.trace(name))
+        else:
+            bdsgd("traces", "import", "--format", trace["format"], trace["path"],
+                  paths.trace(name))
+        bdsgd("traces", "split", paths.trace(name), "--train-fraction",
+              trace.get("train_fraction", 0.5), "--train", paths.trace(name, "train"),
+              "--test", paths.trace(name, "test"))
+        bdsgd("traces", "describe", "--json", paths.trace(name), stdout=paths.describe(name))
+        bdsgd("model", "train", paths.trace(name, "train"), "--config", config,
+              "--out", paths.model(name), "--quiet", "--trace-name", name)
+        bdsgd("model", "evaluate", paths.model(name), paths.trace(name, "test"),
+              "--config", config, "--json", paths.model(name, "evaluation.json"),
+              "--predictions", paths.model(name, "predictions.parquet"))
+        model = ["--model", paths.model(name)] if needs_model(throughput) else []
+        bdsgd("throughput", paths.trace(name, "test"), "--policies", ",".join(throughput),
+              *model, "--rule", "both", "--history", paths.trace(name, "train"),
+              "--config", config, "--json", paths.throughput(name),
+              "--decisions", paths.throughput(name, "decisions.parquet"))
+    train = cfg["train"]
+    for task in train["tasks"]:
+        for policy in train["policies"]:
+            for seed in train["seeds"]:
+                model = ["--model", paths.model(train["trace"])] if needs_model([policy]) else []
+                bdsgd("train", "--config", config, "--task", task, "--policy", policy,
+                      "--seed", seed, "--trace", paths.trace(train["trace"], "test"),
+                      "--history", paths.trace(train["trace"], "train"), *model,
+                      "--out", paths.run_dir(task, policy, seed))
+    bdsgd("figures", paths.results, "--out", paths.figures)
+
+
+def result_tables(root: Path, experiment: str) -> dict[str, Path]:
+    """Every result and summary table (CSV, Parquet) of a DAG's run in ``root``, by path under
+    it, but a distributed job's: it measures wall time."""
+    files = [p for d in (f"results/{experiment}", f"figures/{experiment}")
+             for p in (root / d).rglob("*")
+             if p.suffix in (".csv", ".parquet") and "distributed" not in p.parts]
+    return {str(p.relative_to(root)): p for p in files}
+
+
+def stamp_free(path: Path) -> bytes:
+    """A table's bytes; of a Parquet file that bdsgd stamps (a trace: its provenance holds the
+    git commit, which a commit landing between two runs changes, and the config), its data and
+    the rest of its metadata, in Arrow's stream format."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = path.read_bytes()
+    if path.suffix != ".parquet":
+        return raw
+    table = pq.read_table(path)
+    metadata = dict(table.schema.metadata or {})
+    if b"bdsgd" not in metadata:
+        return raw
+    meta = json.loads(metadata[b"bdsgd"])
+    meta.pop("provenance", None)
+    metadata[b"bdsgd"] = json.dumps(meta, sort_keys=True).encode()
+    table = table.replace_schema_metadata(metadata)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()

@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -51,6 +51,8 @@ def node_line() -> str:
 @dataclass
 class Cluster:
     root: Path
+    # the environment its daemons and clients start from (default: this process's, now)
+    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     @property
     def conf(self) -> Path:
@@ -63,8 +65,8 @@ class Cluster:
     @property
     def env(self) -> dict[str, str]:
         """The environment that points SLURM's clients at this cluster."""
-        return dict(os.environ, SLURM_CONF=str(self.conf),
-                    PATH=f"{self.bin}{os.pathsep}{os.environ['PATH']}")
+        return dict(self.base_env, SLURM_CONF=str(self.conf),
+                    PATH=f"{self.bin}{os.pathsep}{self.base_env['PATH']}")
 
     def write_clients(self) -> None:
         """bin/: each client with SLURM_CONF set. The SLURM executor's job step drops every
@@ -179,3 +181,90 @@ def _alive(pid: int) -> bool:
     # a zombie has exited: its parent (not us, the daemons fork) has not reaped it yet
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+# ------------------------------------------------------------------- the tiny DAG on SLURM
+# The session's tiny DAG config (tests/helpers.py: tiny_dag_config), plus what shows SLURM at
+# work in minutes on a 2-core machine: every rule runs (both trace sources, the run-time model,
+# throughput, convergence runs, figures) and a real distributed job, but
+# - the distributed job has 1 worker: it asks for workers + 1 tasks of one core each, and the
+#   node has this machine's cores (2 here);
+# - every job asks for 1000 MB: the node has this machine's memory, and without cgroups SLURM
+#   only schedules by the number (the jobs use less).
+# Neither changes what another stage reads: the tables are the local run's.
+MEM_KEYS = ("simulate_mem_mb", "gather_mem_mb", "model_mem_mb", "throughput_mem_mb",
+            "train_mem_mb", "distributed_mem_mb")
+STRAGGLER = {"workers": 1, "policy": "static", "iterations": 30, "delay_s": 0.02,
+             "inject_straggler": "0:5"}
+# Status polling for a test: the first check 2 s after a submission, not 40 (the profiles' values
+# suit a cluster with hundreds of jobs); outputs are on this machine's disk: no latency to wait.
+FAST = ("--latency-wait", "5")
+# profile -> its flags for a test, and how its output names a submitted job's SLURM id
+PROFILES = {
+    "slurm": ((*FAST, "--slurm-init-seconds-before-status-checks", "2"),
+              r"has been submitted with SLURM jobid (\d+)"),
+    "cluster-generic": ((*FAST, "--seconds-between-status-checks", "2"),
+                        r"with external jobid '(\d+)'"),
+}
+MAX_RUN_S = 600
+
+
+def for_slurm(cfg: dict, path: Path) -> Path:
+    """``cfg`` with the distributed job and the memory requests above, written to ``path``."""
+    import copy
+
+    import yaml
+
+    cfg = copy.deepcopy(cfg)
+    cfg["distributed"] = {"jobs": {"straggler": STRAGGLER}}
+    cfg["resources"] = dict.fromkeys(MEM_KEYS, 1000)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def finished_jobs(env: dict[str, str], ids: set[str]) -> dict[str, str]:
+    """SLURM's own state of these jobs (slurmctld keeps them MinJobAge after they end)."""
+    out = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T"],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    states = dict(line.split("|") for line in out.split())
+    return {i: states.get(i, "unknown to slurmctld") for i in ids}
+
+
+def run_on_slurm(workdir: Path, config: Path, env: dict[str, str] | None = None) -> dict:
+    """The DAG of ``config`` (made ``for_slurm``) through each of PROFILES at once, every job a
+    SLURM job of a cluster started for them in ``workdir`` and stopped after: per profile, its
+    working directory, Snakemake's exit status and output, the seconds it took and SLURM's state
+    of each job it submitted; and ``left_running``, the daemons still alive after the stop."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    import yaml
+
+    from tests.helpers import REPO, snakemake
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = for_slurm(yaml.safe_load(config.read_text()), workdir / "config.yaml")
+    cluster = Cluster(workdir / "cluster", dict(os.environ if env is None else env))
+    cluster.root.mkdir()
+
+    def run(profile: str) -> dict:
+        flags, submitted = PROFILES[profile]
+        run_dir = workdir / f"run-{profile}"
+        run_dir.mkdir()
+        start = time.monotonic()
+        proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(run_dir),
+                         "--profile", str(REPO / "profiles" / profile), "--configfile",
+                         str(config), *flags, timeout=MAX_RUN_S + 60, env=cluster.env)
+        took = time.monotonic() - start
+        out = proc.stdout + proc.stderr
+        ids = set(re.findall(submitted, out))
+        return {"dir": run_dir, "returncode": proc.returncode, "out": out, "took": took,
+                "ids": ids, "states": finished_jobs(cluster.env, ids)}
+
+    try:
+        cluster.start()
+        with ThreadPoolExecutor(len(PROFILES)) as pool:
+            runs = dict(zip(PROFILES, pool.map(run, PROFILES), strict=True))
+    finally:
+        cluster.stop()
+    return {**runs, "left_running": cluster.running()}

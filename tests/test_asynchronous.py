@@ -9,29 +9,24 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import run_cli
-from test_training import (
-    N_WORKERS,
-    T_ROWS,
-    crash_at_call,
-    interrupted_then_resumed,
-    make_cfg,
-    metrics,
-)
 
 import bdsgd.sgd as sgd
 import bdsgd.training.asynchronous as asynchronous
 from bdsgd.schedules import async_schedule as schedule
-from bdsgd.traces.io import write_trace
-from bdsgd.traces.schema import from_arrays
 from bdsgd.training import train_run
 from bdsgd.training.record import COLUMNS
-
-STALENESS = ("mean_staleness", "max_staleness", "staleness_p50", "staleness_p90")
-
-
-def write(tmp_path: Path, runtimes: np.ndarray, name: str = "trace") -> Path:
-    return write_trace(from_arrays(runtimes), tmp_path / f"{name}.parquet")
+from tests.helpers import (
+    N_WORKERS,
+    STALENESS,
+    T_ROWS,
+    bdsgd_in_process,
+    crash_at_call,
+    interrupted_then_resumed,
+    make_cfg,
+    metrics,
+    summary,
+    write,
+)
 
 
 @pytest.fixture
@@ -49,10 +44,6 @@ def slow_trace(tmp_path: Path) -> Path:
     runtimes = np.ones((T_ROWS, N_WORKERS))
     runtimes[:, 0] = 10.0  # worker 0 always 10x slower
     return write(tmp_path, runtimes, "slow")
-
-
-def summary(run: Path) -> dict:
-    return json.loads((run / "result.json").read_text())["summary"]
 
 
 @pytest.mark.parametrize("scaling", ["none", "linear"])
@@ -150,17 +141,18 @@ def test_resumed_run_of_a_mode_equals_uninterrupted_run(tmp_path, trace_path, mo
     assert {k: summary(whole)[k] for k in STALENESS} == {k: summary(resumed)[k] for k in STALENESS}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["async", "cyclic"])
-def test_cli_train_mode_writes_metrics_and_staleness(tmp_path, trace_path, mode):
+def test_cli_train_mode_writes_metrics_and_staleness(tmp_path, trace_path, mode, capsys):
+    """`bdsgd train --policy MODE`, in this process (the program: tests/test_cli.py)."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({
         "experiment": "cli", "traces": {"t": {"source": "simulate"}},
         "train": {"trace": "t", "tasks": ["digits"], "max_iterations": 6, "eval_every": 3,
                   "batch_size": 8, "target_accuracy": {"digits": 0.5}}}))
     out = tmp_path / "run"
-    proc = run_cli("train", "--config", config, "--task", "digits", "--policy", mode,
-                   "--seed", "0", "--trace", trace_path, "--out", out)
+    proc = bdsgd_in_process(capsys, "train", "--config", config, "--task", "digits",
+                            "--policy", mode, "--seed", "0", "--trace", trace_path, "--out", out)
+    assert proc.returncode == 0, proc.stderr
     assert f"{mode} staleness" in proc.stdout, proc.stdout
     assert metrics(out)["iteration"].iloc[-1] == 6 and list(metrics(out).columns) == list(COLUMNS)
     result = json.loads((out / "result.json").read_text())

@@ -1,4 +1,6 @@
-"""A subprocess smoke test of every ``bdsgd`` entry point, run as a user would run it.
+"""Every ``bdsgd`` entry point: each starts as a program, each subcommand's --help documents every
+flag, the DAG's stages run by hand (no Snakemake) reproduce the session DAG's results, and bad
+input is one line on stderr and exit status 2.
 
 ``ENTRY_POINTS`` must list every subcommand the parser has: adding one without a smoke test here
 fails ``test_every_entry_point_is_smoke_tested``.
@@ -9,13 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
-from bdsgd.cli import build_parser
+from bdsgd.cli import build_parser, main
 from bdsgd.errors import Stopped, UserError
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, result_tables, stamp_free
 
 ENTRY_POINTS = [
     "traces import", "traces simulate", "traces gather", "traces describe", "traces split",
@@ -24,6 +30,15 @@ ENTRY_POINTS = [
     "distributed",  # its runs: tests/test_distributed.py
 ]
 CONTRACT_KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50"}
+# Each program a user or a job starts, once as a process: the console script and `python -m`
+# (the stages' commands: every other test calls them in-process or through these), and the
+# per-process entry points that `bdsgd distributed` and `bdsgd traces gather` start.
+PROGRAMS = {
+    "bdsgd": [str(Path(sys.executable).with_name("bdsgd"))],
+    "python -m bdsgd": [sys.executable, "-m", "bdsgd"],
+    "python -m bdsgd.distributed.launch": [sys.executable, "-m", "bdsgd.distributed.launch"],
+    "python -m bdsgd.traces.gather": [sys.executable, "-m", "bdsgd.traces.gather"],
+}
 
 
 def leaves(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
@@ -37,9 +52,22 @@ def test_every_entry_point_is_smoke_tested():
     assert sorted(leaves(build_parser())) == sorted(ENTRY_POINTS)
 
 
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_each_program_starts_and_shows_its_usage(program):
+    proc = subprocess.run([*PROGRAMS[program], "--help"], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: "), proc.stdout
+    if program in ("bdsgd", "python -m bdsgd"):  # the console script is the CLI
+        assert all(command.split()[0] in proc.stdout for command in ENTRY_POINTS)
+
+
 @pytest.mark.parametrize("command", ENTRY_POINTS)
-def test_help_documents_every_flag(command):
-    out = run_cli(*command.split(), "--help").stdout
+def test_help_documents_every_flag(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*command.split(), "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
     parser = build_parser()
     for word in command.split():
         parser = next(a for a in parser._actions
@@ -50,97 +78,106 @@ def test_help_documents_every_flag(command):
             assert flag in out
 
 
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    """Every stage by hand, in order, on a tiny config: the DAG without Snakemake."""
-    import yaml
+# ------------------------------------------------------------------------ the stages by hand
+@pytest.mark.slow
+def test_the_stages_by_hand_reproduce_the_dags_results(tiny_dag, stages_by_hand):
+    """The DAG's commands run by hand, on the whole config file (no stage config files), make
+    the session DAG's tables byte for byte (less a trace's provenance stamp: tests.helpers.
+    stamp_free), the same models, and the same traces' truths and statistics."""
+    dag, _, cfg = tiny_dag
+    hand, _, _ = stages_by_hand
+    ours, theirs = result_tables(hand, "tiny"), result_tables(dag, "tiny")
+    assert sorted(ours) == sorted(theirs) and len(ours) > 10, sorted(ours)
+    for table in ("figures/tiny/summary.csv", "figures/tiny/throughput_summary.csv",
+                  "results/tiny/runs/digits/sync/seed0/metrics.parquet",
+                  "results/tiny/runs/digits/bdsgd/seed0/metrics.parquet",
+                  "results/tiny/traces/sim/trace.parquet"):
+        assert table in ours, table
+    assert [f for f in ours if stamp_free(ours[f]) != stamp_free(theirs[f])] == []
+    for trace in cfg["traces"]:
+        for other in ("describe.json", *(f"{part}.truth.npz" for part in ("trace", "train", "test")
+                                         if cfg["traces"][trace]["source"] == "simulate")):
+            path = f"results/tiny/traces/{trace}/{other}"
+            assert (hand / path).read_bytes() == (dag / path).read_bytes(), path
+        path = f"results/tiny/models/{trace}/model.pt"
+        ours_model, theirs_model = (torch.load(d / path, weights_only=False) for d in (hand, dag))
+        assert same(ours_model, theirs_model, "provenance"), path
+    for policy in cfg["train"]["policies"]:
+        path = f"results/tiny/runs/digits/{policy}/seed0/model.pt"
+        ours_net, theirs_net = (torch.load(d / path, weights_only=True) for d in (hand, dag))
+        assert same(ours_net, theirs_net), path
 
-    from tests.conftest import tiny_config
 
-    d = tmp_path_factory.mktemp("cli")
-    cfg = d / "config.yaml"
-    cfg.write_text(yaml.safe_dump(tiny_config()))
-    run_cli("traces", "simulate", "--config", cfg, "--out", d / "trace.parquet")
-    run_cli("traces", "import", "--format", "alibaba-pai",
-            REPO / "tests/data/alibaba_pai_job_2_norm.csv", d / "pai.parquet")
-    run_cli("traces", "split", d / "trace.parquet", "--train-fraction", "0.5",
-            "--train", d / "train.parquet", "--test", d / "test.parquet")
-    run_cli("model", "train", d / "train.parquet", "--config", cfg, "--out", d / "model.pt",
-            "--quiet")
-    results = d / "results"
-    run_cli("model", "evaluate", d / "model.pt", d / "test.parquet",
-            "--json", results / "models/sim/evaluation.json")
-    run_cli("throughput", d / "test.parquet", "--policies",
-            "sync,static,elfving,ecdf,bandit,bdsgd,oracle", "--model", d / "model.pt",
-            "--config", cfg, "--json", results / "throughput/sim/throughput.json",
-            "--decisions", results / "throughput/sim/decisions.parquet")
-    for policy in ("sync", "bdsgd"):
-        run_cli("train", "--config", cfg, "--task", "digits", "--policy", policy, "--seed", 0,
-                "--trace", d / "test.parquet", "--model", d / "model.pt",
-                "--out", results / f"runs/digits/{policy}/seed0")
-    return d
+def same(a, b, *besides: str) -> bool:
+    """Whether two checkpoints hold the same values (tensors equal bit for bit), but at the
+    top-level keys ``besides``."""
+    if isinstance(a, dict):
+        keys = a.keys() - set(besides)
+        return keys == b.keys() - set(besides) and all(same(a[k], b[k]) for k in keys)
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    return a == b
 
 
-def test_traces_describe(pipeline):
-    stats = json.loads(run_cli("traces", "describe", "--json", pipeline / "pai.parquet").stdout)
+@pytest.mark.slow
+def test_traces_describe(stages_by_hand, capsys):
+    hand, _, _ = stages_by_hand  # `traces describe --json`, by hand
+    stats = json.loads((hand / "results/tiny/traces/pai/describe.json").read_text())
     assert stats["workers"] == 10
-    assert run_cli("traces", "describe", pipeline / "trace.parquet").stdout.strip()
+    assert main(["traces", "describe", str(hand / "results/tiny/traces/sim/trace.parquet")]) == 0
+    assert capsys.readouterr().out.strip()
 
 
-def test_traces_gather(tmp_path, config_file):
-    import yaml
-
+def test_traces_gather_refuses_a_trace_of_another_source(tmp_path, config_file, capsys):
+    """The tiny config's only trace is simulated: gather refuses it by name, writing nothing.
+    (A gathered trace, by name: tests/test_traces_gather.py.)"""
     out = tmp_path / "gathered.parquet"
-    # The tiny config's only trace is simulated: gather refuses it by name, writing nothing.
-    proc = run_cli("traces", "gather", "--config", config_file, "--name", "sim", "--out", out,
-                   check=False)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "traces.sim" in proc.stderr
+    code = main(["traces", "gather", "--config", str(config_file), "--name", "sim",
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "traces.sim" in err
     assert not out.exists()
-    cfg = yaml.safe_load(config_file.read_text())
-    cfg["traces"]["real"] = {"source": "gather", "gather": {"workers": 2, "iterations": 3}}
-    config_file.write_text(yaml.safe_dump(cfg))
-    run_cli("traces", "gather", "--config", config_file, "--name", "real", "--out", out)
-    assert len(pd.read_parquet(out)) == 2 * 3
 
 
-def test_traces_plot(pipeline):
-    run_cli("traces", "plot", pipeline / "pai.parquet", "--name", "pai", "--out", pipeline / "tf")
+@pytest.mark.slow
+def test_traces_plot(tiny_dag):
+    dag, _, _ = tiny_dag  # the DAG's trace_figures: `bdsgd traces plot` of the imported trace
     for kind in ("runtime_cdf", "heatmap", "cov"):
-        assert (pipeline / f"tf/pai_{kind}.png").stat().st_size > 10_000
+        assert (dag / f"figures/tiny/traces/pai_{kind}.png").stat().st_size > 10_000
 
 
-def test_throughput_contract(pipeline):
-    table = json.loads((pipeline / "results/throughput/sim/throughput.json").read_text())
+@pytest.mark.slow
+def test_throughput_contract(stages_by_hand):
+    hand, _, _ = stages_by_hand
+    table = json.loads((hand / "results/tiny/throughput/sim/throughput.json").read_text())
     for name in ("sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "oracle"):
         assert set(table["policies"][name]) >= CONTRACT_KEYS, name
     assert table["policies"]["oracle"]["relative_to_oracle"] == pytest.approx(1.0)
-    decisions = pd.read_parquet(pipeline / "results/throughput/sim/decisions.parquet")
+    decisions = pd.read_parquet(hand / "results/tiny/throughput/sim/decisions.parquet")
     assert {"policy", "iteration", "cutoff"} <= set(decisions.columns)
 
 
-def test_model_sample(pipeline):
-    run_cli("model", "sample", pipeline / "model.pt", "--iterations", 20,
-            "--out", pipeline / "sampled.parquet")
-    assert len(pd.read_parquet(pipeline / "sampled.parquet")) == 20 * 6
+@pytest.mark.slow
+def test_model_sample(stages_by_hand, tmp_path):
+    hand, _, _ = stages_by_hand
+    assert main(["model", "sample", str(hand / "results/tiny/models/sim/model.pt"),
+                 "--iterations", "20", "--out", str(tmp_path / "sampled.parquet")]) == 0
+    assert len(pd.read_parquet(tmp_path / "sampled.parquet")) == 20 * 6
 
 
-def test_figures_and_summary(pipeline):
-    out = pipeline / "figs"
-    results = pipeline / "results"
-    # The figures read traces and predictions from the results folder, as the DAG lays it out.
-    (results / "traces/sim").mkdir(parents=True, exist_ok=True)
-    (results / "traces/sim/trace.parquet").write_bytes((pipeline / "trace.parquet").read_bytes())
-    run_cli("model", "evaluate", pipeline / "model.pt", pipeline / "test.parquet",
-            "--json", results / "models/sim/evaluation.json",
-            "--predictions", results / "models/sim/predictions.parquet")
-    run_cli("figures", results, "--out", out)
-    summary = pd.read_csv(out / "summary.csv")
+@pytest.mark.slow
+def test_figures_and_summary(stages_by_hand):
+    hand, _, _ = stages_by_hand  # `bdsgd figures` of the results folder the stages laid out
+    summary = pd.read_csv(hand / "figures/tiny/summary.csv")
     assert list(summary.columns[:7]) == ["task", "policy", "seed", "time_to_target_s",
                                          "final_accuracy", "gradients_per_s", "mean_cutoff"]
     assert sorted(summary["policy"]) == ["bdsgd", "sync"]
     assert (summary["mean_cutoff"] <= 6).all()
 
 
+# ------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("args", [
     ["traces", "describe", "missing.parquet"],
     ["traces", "import", "--format", "csv", "missing.csv", "out.parquet"],
@@ -149,10 +186,12 @@ def test_figures_and_summary(pipeline):
     ["train", "--config", "missing.yaml", "--task", "digits", "--policy", "sync", "--seed", "0",
      "--trace", "t.parquet", "--out", "run"],
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args):
-    proc = run_cli(*args, check=False, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("bdsgd: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args):
+    monkeypatch.chdir(tmp_path)
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("bdsgd: error: ") and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 

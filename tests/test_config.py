@@ -5,8 +5,9 @@ import pytest
 import yaml
 
 from bdsgd import config as C
+from bdsgd import stages as S
 from bdsgd.errors import UserError
-from tests.conftest import REPO, tiny_config
+from tests.helpers import REPO, tiny_config
 
 SECTIONS = {
     "model": C.ModelConfig, "policies": C.PoliciesConfig, "throughput": C.ThroughputConfig,
@@ -111,12 +112,12 @@ def _read(cfg, key):
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else f"{value}"
 
 
-@pytest.mark.parametrize("stage", sorted(C.STAGE_READS))
+@pytest.mark.parametrize("stage", sorted(S.STAGE_READS))
 def test_a_stage_reads_what_it_declares_and_nothing_else(config_file, stage):
     """On a config loaded as a stage, every key STAGE_READS declares reads as in the whole config;
     every other section, key of a section declared in part, or top-level key raises."""
-    whole, cfg = C.load_config(config_file), C.load_config(config_file, stage=stage)
-    reads = C.STAGE_READS[stage]
+    whole, cfg = C.load_config(config_file), S.load_stage_config(config_file, stage)
+    reads = S.STAGE_READS[stage]
     for key in reads:
         assert _read(cfg, key) == _read(whole, key), key
     for f in dataclasses.fields(C.Config):
@@ -127,7 +128,7 @@ def test_a_stage_reads_what_it_declares_and_nothing_else(config_file, stage):
         value = getattr(whole, section)
         keys = [k.name for k in dataclasses.fields(value)] if dataclasses.is_dataclass(value) else []
         for key in [f"{section}.{k}" for k in keys if k not in declared] or [section]:
-            with pytest.raises(C.UndeclaredRead, match=f"stage '{stage}' read config '{key}'"):
+            with pytest.raises(S.UndeclaredRead, match=f"stage '{stage}' read config '{key}'"):
                 _read(cfg, key)
     # the record of the config is all of it (provenance, W&B), and copying it reads nothing
     assert cfg.to_dict() == whole.to_dict() and cfg.hash() == whole.hash()
@@ -135,12 +136,12 @@ def test_a_stage_reads_what_it_declares_and_nothing_else(config_file, stage):
 
 
 def test_undeclared_reads_fail_as_bugs_not_as_user_errors(config_file):
-    cfg = C.load_config(config_file, stage="evaluate_model")
+    cfg = S.load_stage_config(config_file, "evaluate_model")
     for use in (lambda: cfg.seed + 1, lambda: int(cfg.seed), lambda: cfg.training().data_dir,
                 lambda: "sim" in cfg.wandb, lambda: cfg.throughput.policies):
-        with pytest.raises(C.UndeclaredRead):
+        with pytest.raises(S.UndeclaredRead):
             use()
-    assert not issubclass(C.UndeclaredRead, UserError)  # the CLI's one-line errors are the user's
+    assert not issubclass(S.UndeclaredRead, UserError)  # the CLI's one-line errors are the user's
 
 
 def test_a_command_that_reads_an_undeclared_section_fails(config_file, tmp_path, monkeypatch):
@@ -149,17 +150,17 @@ def test_a_command_that_reads_an_undeclared_section_fails(config_file, tmp_path,
     from bdsgd import cli
 
     out = tmp_path / "t.parquet"
-    monkeypatch.setitem(C.STAGE_READS, "simulate_trace", ("experiment", "seed"))
-    with pytest.raises(C.UndeclaredRead, match="'traces'"):
+    monkeypatch.setitem(S.STAGE_READS, "simulate_trace", ("experiment", "seed"))
+    with pytest.raises(S.UndeclaredRead, match="'traces'"):
         cli.main(["traces", "simulate", "--config", str(config_file), "--out", str(out)])
-    monkeypatch.setitem(C.STAGE_READS, "simulate_trace", ("experiment", "traces"))
-    with pytest.raises(C.UndeclaredRead, match="'seed'"):
+    monkeypatch.setitem(S.STAGE_READS, "simulate_trace", ("experiment", "traces"))
+    with pytest.raises(S.UndeclaredRead, match="'seed'"):
         cli.main(["traces", "simulate", "--config", str(config_file), "--out", str(out)])
     assert not out.exists()
 
 
 def test_every_command_loads_its_config_as_its_stage(config_file, tmp_path, monkeypatch):
-    """Each command that reads a config file passes load_config its stage."""
+    """Each command that reads a config file loads it as its stage (load_stage_config)."""
     from bdsgd import cli
     from bdsgd.traces.io import write_trace
     from bdsgd.traces.schema import from_arrays
@@ -167,10 +168,10 @@ def test_every_command_loads_its_config_as_its_stage(config_file, tmp_path, monk
     class Loaded(Exception):
         pass
 
-    def spy(path, stage=None):
+    def spy(path, stage):
         raise Loaded(stage)
 
-    monkeypatch.setattr(C, "load_config", spy)
+    monkeypatch.setattr(S, "load_stage_config", spy)
     trace, out, c = tmp_path / "t.parquet", str(tmp_path / "out"), str(config_file)
     write_trace(from_arrays(np.ones((4, 2))), trace)
     commands = {
@@ -191,11 +192,11 @@ def test_every_command_loads_its_config_as_its_stage(config_file, tmp_path, monk
 def test_stage_reads_name_real_keys():
     """Every key STAGE_READS declares is a key of the config (a typo would guard nothing)."""
     top = {f.name for f in dataclasses.fields(C.Config)} - {"source"}
-    for stage, reads in C.STAGE_READS.items():
+    for stage, reads in S.STAGE_READS.items():
         for key in reads:
             section, _, sub = key.partition(".")
             assert section in top, (stage, key)
             if sub:
                 assert sub in {f.name for f in dataclasses.fields(SECTIONS[section])}, (stage, key)
-        assert set(C.STAGE_FLAGS.get(stage, ())) <= set(reads), stage
-        assert set(C.slice_keys(stage)) == set(reads) - set(C.STAGE_FLAGS.get(stage, ()))
+        assert set(S.STAGE_FLAGS.get(stage, ())) <= set(reads), stage
+        assert set(S.slice_keys(stage)) == set(reads) - set(S.STAGE_FLAGS.get(stage, ()))

@@ -9,19 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_asynchronous import STALENESS, summary, write
-from test_training import (
-    N_WORKERS,
-    T_ROWS,
-    make_cfg,
-    metrics,
-)
 
 import bdsgd.sgd as sgd
 from bdsgd.schedules import async_schedule
 from bdsgd.schedules import cyclic_schedule as schedule
 from bdsgd.training import train_run
 from bdsgd.training.record import COLUMNS
+from tests.helpers import N_WORKERS, STALENESS, T_ROWS, make_cfg, metrics, summary, write
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_events import async_per_event, cyclic_per_event  # noqa: E402

@@ -1,5 +1,6 @@
-"""Real distributed training: a parameter server and 3 workers on gloo (CPU), each test a real
-`bdsgd distributed` command; no process may outlive it."""
+"""Real distributed training: a parameter server and 3 workers on gloo (CPU), each job a real
+`bdsgd distributed` command; no process may outlive it. The commands it must refuse are refused
+before any process starts: those run in this process."""
 
 from __future__ import annotations
 
@@ -16,23 +17,27 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_cli
 
+from bdsgd.cli import main
 from bdsgd.devices import select_device
 from bdsgd.distributed.ps import Round
 from bdsgd.traces.io import read_trace
+from tests.helpers import REPO, run_cli
 
 WORKERS = 3
 
 
-@pytest.fixture
-def config(tmp_path: Path) -> Path:
-    path = tmp_path / "config.yaml"
+def write_config(path: Path) -> Path:
     path.write_text(yaml.safe_dump({
         "experiment": "dist", "traces": {"t": {"source": "simulate"}},
         "policies": {"static_backups": 1},  # static: c = n - 1
         "train": {"trace": "t", "tasks": ["digits"], "batch_size": 16, "eval_every": 10}}))
     return path
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path / "config.yaml")
 
 
 def distributed(tmp_path: Path, config: Path, name: str, *flags: str, check: bool = True):
@@ -42,9 +47,37 @@ def distributed(tmp_path: Path, config: Path, name: str, *flags: str, check: boo
     delay = () if "--delay-s" in flags else ("--delay-s", "0.02")
     proc = run_cli("distributed", "--workers", WORKERS, "--config", config, "--json", out,
                    *delay, *flags, check=check)
+    no_process_left(out)
+    return (json.loads(out.read_text()) if out.exists() else None), proc
+
+
+def no_process_left(out: Path) -> None:
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
     assert not left.strip(), f"processes left behind: {left}"
-    return (json.loads(out.read_text()) if out.exists() else None), proc
+
+
+def refused(tmp_path: Path, config: Path, capsys, *flags: str) -> str:
+    """`bdsgd distributed` with 3 workers and flags it must refuse, in this process: exit
+    status 2, no result, no process left; its stderr."""
+    out = tmp_path / "bad.json"
+    code = main(["distributed", "--workers", str(WORKERS), "--config", str(config),
+                 "--json", str(out), "--delay-s", "0.02", *flags])
+    no_process_left(out)
+    assert code == 2 and not out.exists()
+    return capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def straggler(tmp_path_factory) -> dict[str, dict]:
+    """Worker 1 takes 5x as long, 30 iterations: sync, static (c = n - 1, late gradients
+    abandoned) and static with late: finish; their results."""
+    tmp = tmp_path_factory.mktemp("straggler")
+    config = write_config(tmp / "config.yaml")
+    common = ("--iterations", "30", "--inject-straggler", "1:5")
+    jobs = {"sync": ("--policy", "sync"), "static": ("--policy", "static"),
+            "finish": ("--policy", "static", "--late", "finish")}
+    return {name: distributed(tmp, config, name, *flags, *common)[0]
+            for name, flags in jobs.items()}
 
 
 def test_a_round_applies_only_its_own_iterations_gradients():
@@ -58,12 +91,10 @@ def test_a_round_applies_only_its_own_iterations_gradients():
 
 
 @pytest.mark.slow
-def test_cutting_an_injected_straggler_is_faster_in_wall_time(tmp_path, config):
+def test_cutting_an_injected_straggler_is_faster_in_wall_time(straggler):
     """Worker 1 takes 5x as long: static (c = n - 1) finishes 30 iterations in clearly less
     wall time than sync, which waits for it every time."""
-    common = ("--iterations", "30", "--inject-straggler", "1:5")
-    sync, _ = distributed(tmp_path, config, "sync", "--policy", "sync", *common)
-    static, _ = distributed(tmp_path, config, "static", "--policy", "static", *common)
+    sync, static = straggler["sync"], straggler["static"]
     assert sync["iterations"] == static["iterations"] == 30
     assert static["wall_s"] < 0.5 * sync["wall_s"]
     assert sync["gradients"] == 30 * WORKERS and static["gradients"] == 30 * (WORKERS - 1)
@@ -83,33 +114,30 @@ def test_a_killed_worker_is_censored_and_training_goes_on(tmp_path, config):
 
 
 @pytest.mark.slow
-def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(tmp_path, config):
+def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(straggler, tmp_path):
     """late: finish: the straggler's gradients all arrive after the cutoff, are counted as stale
     and never applied (every iteration applies exactly c gradients), and its run-times turn from
     censored to observed in the recorded trace, which validates and trains a run-time model."""
-    common = ("--policy", "static", "--iterations", "24", "--inject-straggler", "1:5")
-    finish, _ = distributed(tmp_path, config, "finish", *common, "--late", "finish")
-    abandon, _ = distributed(tmp_path, config, "abandon", *common)
+    finish, abandon = straggler["finish"], straggler["static"]  # abandon: the default late:
     assert finish["stale_discarded"] > 0
-    assert finish["gradients"] == pd.read_parquet(finish["metrics"])["cutoff"].sum() == 24 * 2
+    assert finish["gradients"] == pd.read_parquet(finish["metrics"])["cutoff"].sum() == 30 * 2
     assert finish["censored_fraction"] < abandon["censored_fraction"]
     trace = read_trace(finish["trace"])
     assert trace.meta["source"] == "distributed" and trace.censored[:, 1].mean() < 1
     observed = trace.runtimes[~trace.censored[:, 1], 1]
     assert np.median(observed) > 3 * np.median(trace.runtimes[:, 0])  # the 5x worker, seen
     model = tmp_path / "model.pt"
-    run_cli("model", "train", finish["trace"], "--out", model, "--epochs", "2", "--quiet")
+    assert main(["model", "train", finish["trace"], "--out", str(model), "--epochs", "2",
+                 "--quiet"]) == 0
     assert model.exists()
 
 
-def test_bad_flags_are_one_line_errors(tmp_path, config):
+def test_bad_flags_are_one_line_errors(tmp_path, config, capsys):
     for flags, field in ((("--inject-straggler", "1x5"), "--inject-straggler"),
                          (("--kill-worker", "7:3"), "--kill-worker"),
                          (("--policy", "bdsgd"), "--model")):
-        args = ("--policy", "sync", "--iterations", "2", *flags)
-        result, proc = distributed(tmp_path, config, "bad", *args, check=False)
-        assert proc.returncode == 2 and result is None
-        assert proc.stderr.count("\n") == 1 and field in proc.stderr, proc.stderr
+        err = refused(tmp_path, config, capsys, "--policy", "sync", "--iterations", "2", *flags)
+        assert err.count("\n") == 1 and field in err, err
 
 
 def test_ranks_take_the_nodes_gpus_in_turn(monkeypatch):
@@ -124,14 +152,12 @@ def test_ranks_take_the_nodes_gpus_in_turn(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for machines without CUDA")
-def test_asking_for_cuda_without_a_gpu_is_one_line_error(tmp_path, config):
+def test_asking_for_cuda_without_a_gpu_is_one_line_error(tmp_path, config, capsys):
     cfg = yaml.safe_load(config.read_text())
     cfg["train"]["device"] = "cuda"
     config.write_text(yaml.safe_dump(cfg))
-    result, proc = distributed(tmp_path, config, "cuda", "--policy", "sync", "--iterations", "2",
-                               check=False)
-    assert proc.returncode == 2 and result is None
-    assert proc.stderr.count("\n") == 1 and "train.device" in proc.stderr, proc.stderr
+    err = refused(tmp_path, config, capsys, "--policy", "sync", "--iterations", "2")
+    assert err.count("\n") == 1 and "train.device" in err, err
 
 
 @pytest.mark.slow

@@ -10,11 +10,12 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO, SNAKEMAKE, tiny_config
+from tests.helpers import REPO, SNAKEMAKE, tiny_config
 
 ENV_FILE = REPO / "environment.yml"
 RULES_ENV = "../envs/bdsgd.yaml"  # what every rule's conda: names, relative to workflow/rules/
@@ -81,6 +82,7 @@ esac
 """
 
 
+@pytest.mark.slow  # runs snakemake
 def test_snakemake_deploys_the_environment_with_bdsgd_installed_from_the_checkout(tmp_path):
     """`snakemake --sdm conda` in another working directory: the environment it creates
     from environment.yml gets `pip install --no-deps --editable <this checkout>`."""

@@ -15,22 +15,9 @@ from bdsgd.policies.base import PredictivePolicy, decide
 from bdsgd.policies.baselines import Scripted
 from bdsgd.policies.build import make_policy, warm_up
 from bdsgd.traces.schema import from_arrays
+from tests.helpers import LastIteration, Regimes
 
 CFG = default_config().policies
-
-
-class LastIteration:
-    """Test double of the run-time model's predictor: last iteration's order statistics, with
-    the censored workers put at the cutoff time."""
-
-    def __init__(self):
-        self.expected = None
-
-    def observe(self, obs):
-        self.expected = np.sort(np.where(obs.accepted, obs.runtimes, obs.cutoff_time))
-
-    def expected_order_stats(self):
-        return self.expected
 
 
 class FakeModel:
@@ -41,20 +28,6 @@ class FakeModel:
 def fake_model_predictor(monkeypatch):
     monkeypatch.setattr("bdsgd.policies.model_predictor.ModelPredictor",
                         lambda model, seed, compile: LastIteration())
-
-
-class Regimes:
-    """Test double of the simulator's Truth: blocks of 10 fast iterations (two quick workers,
-    two slow) and 10 slow ones (all slow), with 5% noise."""
-
-    def __init__(self, n=4):
-        self.n = self.n_workers = n
-
-    def predictive_draws(self, t, n_samples, rng):
-        if (t // 10) % 2:
-            return rng.uniform(10.0, 10.5, (n_samples, self.n))
-        base = np.where(np.arange(self.n) < self.n // 2, 1.0, 3.0)
-        return base * rng.uniform(0.95, 1.05, (n_samples, self.n))
 
 
 CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd", "bdsgd-model",

@@ -8,21 +8,21 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_asynchronous import write
-from test_training import (
-    N_WORKERS,
-    T_ROWS,
-    crash_at_call,
-    interrupted_then_resumed,
-    make_cfg,
-    metrics,
-)
 
 import bdsgd.training.synchronous as synchronous
 from bdsgd.schedules import async_schedule, cyclic_schedule
 from bdsgd.sgd import backward, noise_step, sgd_step, take_gradient
 from bdsgd.tasks import load_task
 from bdsgd.training import train_run
+from tests.helpers import (
+    N_WORKERS,
+    T_ROWS,
+    crash_at_call,
+    interrupted_then_resumed,
+    make_cfg,
+    metrics,
+    write,
+)
 
 # predictive policies whose forecast of a constant trace has no spread, the oracle, and the
 # two ways of never cutting: all wait for every worker at every iteration

@@ -10,7 +10,7 @@ from bdsgd.errors import UserError
 from bdsgd.policies.base import PredictivePolicy, decide
 from bdsgd.policies.build import make_policy
 from bdsgd.policies.progress import GradientNoise, worth
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 CFG = default_config().policies
 

@@ -11,7 +11,7 @@ import pytest
 
 from bdsgd.figures import FIGURES
 from bdsgd.traces import TRACE_FIGURES
-from tests.conftest import REPO, snakemake
+from tests.helpers import REPO, snakemake
 
 CAPTIONS = REPO / "workflow/report"
 # The report's categories in the order of the DAG's stages (it sorts them by name: numbered).

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from test_training import make_cfg
 
 from bdsgd.schedules import async_reference, async_schedule
 from bdsgd.throughput import run_benchmark
@@ -16,8 +15,7 @@ from bdsgd.traces.formats import import_trace
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training import train_run
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO, make_cfg
 
 
 def trainer_staleness(tmp_path: Path, runtimes: np.ndarray, rounds: int) -> pd.Series:

@@ -2,14 +2,12 @@
 
 import json
 import logging
-import subprocess
 import sys
 import types
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from test_policies import LastIteration, Regimes  # the test doubles
 
 from bdsgd.cli import main
 from bdsgd.config import default_config, from_dict
@@ -19,6 +17,7 @@ from bdsgd.schedules import async_reference
 from bdsgd.throughput import run_benchmark
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
+from tests.helpers import LastIteration, Regimes, bdsgd_in_process  # the test doubles
 
 KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50",
         "decision_ms_p99", "cutoff_std", "rule"}
@@ -114,12 +113,11 @@ def test_bdsgd_and_bayes_take_their_inputs(tmp_path, monkeypatch):
     assert run_benchmark(tmp_path / "t.parquet", ["bayes"])["policies"]["bayes"]["mean_cutoff"]
 
 
-def test_cli_writes_the_table(tmp_path):
+def test_cli_writes_the_table(tmp_path, capsys):
     tiny_trace(tmp_path / "t.parquet")
     names = "sync,static,elfving,ecdf,bandit,oracle,oracle-myopic"
-    proc = subprocess.run([sys.executable, "-m", "bdsgd", "throughput", str(tmp_path / "t.parquet"),
-                           "--policies", names, "--json", str(tmp_path / "out.json")],
-                          capture_output=True, text=True, timeout=120)
+    proc = bdsgd_in_process(capsys, "throughput", tmp_path / "t.parquet", "--policies", names,
+                            "--json", tmp_path / "out.json")
     assert proc.returncode == 0, proc.stderr
     table = json.loads((tmp_path / "out.json").read_text())["policies"]
     assert set(table) == set(names.split(","))
@@ -127,9 +125,8 @@ def test_cli_writes_the_table(tmp_path):
     assert "bandit" in proc.stdout
 
     tiny_trace(tmp_path / "c.parquet", censored=np.eye(40, 6, dtype=bool))
-    proc = subprocess.run([sys.executable, "-m", "bdsgd", "throughput", str(tmp_path / "c.parquet"),
-                           "--policies", "sync", "--json", str(tmp_path / "bad.json")],
-                          capture_output=True, text=True, timeout=120)
+    proc = bdsgd_in_process(capsys, "throughput", tmp_path / "c.parquet", "--policies", "sync",
+                            "--json", tmp_path / "bad.json")
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "censored" in proc.stderr
     assert not (tmp_path / "bad.json").exists()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +11,7 @@ import yaml
 from bdsgd.traces.describe import LABELS, describe, format_description
 from bdsgd.traces.io import read_trace
 from bdsgd.traces.schema import from_arrays
-
-DATA = Path(__file__).parent / "data"
-REPO = Path(__file__).parent.parent
+from tests.helpers import DATA, bdsgd_in_process
 
 
 def test_one_slow_worker():
@@ -60,12 +55,13 @@ def test_censored_fraction_and_json():
 
 
 # ------------------------------------------------------------------------------ the CLI
-def bdsgd(*args, cwd=REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bdsgd", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+@pytest.fixture
+def bdsgd(capsys):
+    """`bdsgd ARGS` (in this process: tests/test_cli.py starts the program)."""
+    return lambda *args: bdsgd_in_process(capsys, *args)
 
 
-def test_cli_import_describe_split(tmp_path):
+def test_cli_import_describe_split(tmp_path, bdsgd):
     out = tmp_path / "pai.parquet"
     run = bdsgd("traces", "import", "--format", "alibaba-pai",
                 DATA / "alibaba_pai_job_2_norm.csv", out)
@@ -85,7 +81,7 @@ def test_cli_import_describe_split(tmp_path):
     assert read_trace(tmp_path / "b.parquet").n_iterations == 178
 
 
-def test_cli_simulate(tmp_path):
+def test_cli_simulate(tmp_path, bdsgd):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({
         "experiment": "t",
@@ -100,7 +96,7 @@ def test_cli_simulate(tmp_path):
     assert (tmp_path / "sim.truth.npz").is_file()
 
 
-def test_cli_bad_inputs_exit_2_with_one_line(tmp_path):
+def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, bdsgd):
     bad = tmp_path / "bad.csv"
     bad.write_text("iteration,worker,runtime_s\n0,0,1\n0,1,-3\n")
     run = bdsgd("traces", "import", "--format", "csv", bad, tmp_path / "x.parquet")

@@ -6,20 +6,21 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
 
-from bdsgd.config import GatherConfig
+from bdsgd.cli import _config_name
+from bdsgd.config import GatherConfig, from_dict
 from bdsgd.errors import UserError
 from bdsgd.traces import gather as gather_module
 from bdsgd.traces.gather import gather
 from bdsgd.traces.io import read_trace
+from tests.helpers import REPO, tiny_config
 
-REPO = Path(__file__).parent.parent
 RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
              "SLURM_JOB_ID", "SLURM_JOB_NODELIST", "MASTER_ADDR", "MASTER_PORT")
 
@@ -39,17 +40,19 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_cli_gathers_three_workers(tmp_path, clean_env):
+    """By name, from a config whose other trace is simulated, with the flags' workers and
+    iterations (not the config's): one row per worker and iteration."""
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "experiment": "t",
-        "traces": {"real": {"source": "gather", "gather": {"workers": 2, "iterations": 5}}},
-        "train": {"trace": "real", "tasks": ["digits"]}}))
+    config.write_text(yaml.safe_dump(tiny_config(traces={
+        "sim": {"source": "simulate"},
+        "real": {"source": "gather", "gather": {"workers": 2, "iterations": 5}}})))
     out = tmp_path / "gathered.parquet"
     run = subprocess.run([sys.executable, "-m", "bdsgd", "traces", "gather",
-                          "--config", str(config), "--workers", "3", "--iterations", "20",
-                          "--out", str(out)],
+                          "--config", str(config), "--name", "real", "--workers", "3",
+                          "--iterations", "20", "--out", str(out)],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert len(pd.read_parquet(out)) == 3 * 20
     trace = read_trace(out)
     assert trace.runtimes.shape == (20, 3) and trace.complete
     np.testing.assert_allclose(trace.compute_s + trace.comm_s, trace.runtimes)
@@ -61,6 +64,14 @@ def test_cli_gathers_three_workers(tmp_path, clean_env):
     assert meta["gather"]["workers"] == 3 and meta["gather"]["iterations"] == 20
     assert meta["gather"]["task"] == "digits" and meta["seed"] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "gathered.parquet"]
+
+
+def test_without_a_name_the_configs_one_gathered_trace_is_gathered():
+    """`bdsgd traces gather` without --name picks the config's only trace of source gather."""
+    cfg = from_dict(tiny_config(traces={"sim": {"source": "simulate"},
+                                        "real": {"source": "gather"}}))
+    assert _config_name(cfg, None, "gather") == "real"
+    assert _config_name(cfg, "real", "gather") == "real"
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])

@@ -14,9 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import bdsgd.loop as loop
-import bdsgd.training.synchronous as synchronous
 from bdsgd.cli import main
-from bdsgd.config import from_dict
 from bdsgd.errors import UserError
 from bdsgd.policies.build import make_policy, warm_up
 from bdsgd.tasks import WorkerStreams, _lenet, _mlp, _small_vgg, load_task
@@ -24,27 +22,22 @@ from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training import train_run
 from bdsgd.training.record import time_to_target
-
-N_WORKERS, T_ROWS = 6, 12
-
-
-def make_cfg(wandb_mode="disabled", static_backups=2, comm_s=0.05, **train):
-    base = {"trace": "t", "tasks": ["digits"], "max_iterations": 30, "eval_every": 5,
-            "batch_size": 8, "learning_rate": 0.1, "checkpoint_every": 10}
-    return from_dict({"experiment": "test", "traces": {"t": {"source": "simulate"}},
-                      "policies": {"static_backups": static_backups},
-                      "throughput": {"comm_s": comm_s},
-                      "train": {**base, **train}, "wandb": {"mode": wandb_mode}})
+from tests.helpers import (
+    N_WORKERS,
+    REPO,
+    T_ROWS,
+    bdsgd_in_process,
+    crash_at_iteration,
+    interrupted_then_resumed,
+    make_cfg,
+    metrics,
+)
 
 
 @pytest.fixture
 def trace_path(tmp_path: Path) -> Path:
     runtimes = np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
     return write_trace(from_arrays(runtimes), tmp_path / "trace.parquet")
-
-
-def metrics(run: Path) -> pd.DataFrame:
-    return pd.read_parquet(run / "metrics.parquet")
 
 
 def test_time_to_target_is_first_evaluated_time_at_or_above_target():
@@ -117,37 +110,6 @@ def test_same_inputs_give_byte_identical_metrics(tmp_path, trace_path):
     c = train_run(cfg, "digits", "static", 2, trace_path, tmp_path / "c")
     assert (a / "metrics.parquet").read_bytes() == (b / "metrics.parquet").read_bytes()
     assert not metrics(a)["train_loss"].equals(metrics(c)["train_loss"])  # the seed matters
-
-
-def crash_at_call(monkeypatch, module, name: str, k: int) -> None:
-    """Make the k-th call of ``module.name`` raise, as a killed job would stop."""
-    function, calls = getattr(module, name), []
-
-    def crashing(*args):
-        calls.append(1)
-        if len(calls) == k:
-            raise KeyboardInterrupt
-        return function(*args)
-
-    monkeypatch.setattr(module, name, crashing)
-
-
-def crash_at_iteration(monkeypatch, k: int) -> None:
-    """Make the k-th SGD step of the cutoff mode raise."""
-    crash_at_call(monkeypatch, synchronous, "sgd_step", k)
-
-
-def interrupted_then_resumed(monkeypatch, run, out: Path) -> Path:
-    """``run(out)`` with the crash the caller installed: it dies leaving a checkpoint and no
-    metrics; run again without the crash, it completes: the resumed run's folder."""
-    with pytest.raises(KeyboardInterrupt):
-        run(out)
-    assert (out / "checkpoint.pt").exists()
-    assert not (out / "metrics.parquet").exists()
-    monkeypatch.undo()
-    resumed = run(out)
-    assert not (resumed / "checkpoint.pt").exists()  # a complete run leaves no checkpoint
-    return resumed
 
 
 def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
@@ -262,23 +224,24 @@ def test_bad_inputs_are_user_errors(tmp_path, trace_path):
         train_run(make_cfg(), "digits", "sync", 0, bad, tmp_path / "r")
 
 
-@pytest.mark.slow
 def test_cli_train_writes_run_and_reports_bad_input_in_one_line(tmp_path, trace_path, capsys):
+    """`bdsgd train`, in this process (the program: tests/test_cli.py; its runs as processes:
+    the session's DAG and its stages by hand, and test_sigterm_checkpoints_...)."""
     config = tmp_path / "config.yaml"
     config.write_text("experiment: cli\ntraces: {t: {source: simulate}}\n"
                       "train: {trace: t, tasks: [digits], max_iterations: 10, eval_every: 5,"
                       " batch_size: 8, target_accuracy: {digits: 0.5}}\n")
-    base = [sys.executable, "-m", "bdsgd", "train", "--config", str(config), "--task", "digits",
+    base = ["train", "--config", str(config), "--task", "digits",
             "--policy", "static", "--seed", "0", "--out", str(tmp_path / "run")]
-    ok = subprocess.run(base + ["--trace", str(trace_path)], capture_output=True, text=True)
+    ok = bdsgd_in_process(capsys, *base, "--trace", trace_path)
     assert ok.returncode == 0, ok.stderr
     assert "n=6 workers" in ok.stdout and "T=12" in ok.stdout
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["policy"] == "static" and result["config_hash"]
     assert len(metrics(tmp_path / "run")) == 10
 
-    # The same command line with a missing trace, in-process (a second cold start costs ~10 s).
-    code = main(base[3:] + ["--trace", str(tmp_path / "missing.parquet")])
+    # The same command line with a missing trace.
+    code = main(base + ["--trace", str(tmp_path / "missing.parquet")])
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("bdsgd: error: ") and "missing.parquet" in err
@@ -321,16 +284,17 @@ def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_pat
     np.testing.assert_allclose(m["virtual_time_s"], np.cumsum(served + 0.25))
 
 
-def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(tmp_path, trace_path):
+@pytest.mark.slow  # a process stopped for real
+def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(tmp_path, trace_path,
+                                                                               capsys):
     """SLURM's preemption notice, sent for real: the run stops at an iteration boundary with a
-    checkpoint and exit status 143; rerun, it resumes there (not from zero) and ends with the
-    metrics of a run never stopped."""
+    checkpoint and exit status 143; rerun (in this process), it resumes there (not from zero)
+    and ends with the metrics of a run never stopped."""
     import os
     import signal
     import time
 
     import yaml
-    from conftest import REPO, run_cli
 
     from bdsgd.config import load_config
 
@@ -360,7 +324,8 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(t
     stopped_at = len(torch.load(run / "checkpoint.pt", weights_only=True)["metrics"]["iteration"])
     assert 50 <= stopped_at < 1500
 
-    resumed = run_cli(*args)
+    resumed = bdsgd_in_process(capsys, *args)
+    assert resumed.returncode == 0, resumed.stderr
     assert f"at iteration {stopped_at}" in resumed.stdout
     whole = train_run(load_config(config), "digits", "static", 0, trace_path, tmp_path / "whole")
     assert (run / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import wandb_records
 import yaml
-from conftest import run_cli, tiny_config
 
 from bdsgd.config import from_dict
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
+from tests import wandb_records
+from tests.helpers import run_cli, tiny_config
 
 PROJECT = "bdsgd-test"
 HEADLINE = ("time_to_target_s", "final_accuracy", "gradients_per_s", "mean_cutoff")
@@ -70,6 +70,7 @@ def check_run(logged: dict, job_type: str, tags: set[str], x: str) -> None:
     assert logged["x"] == {x: "", "*": x}
 
 
+@pytest.mark.slow  # a bdsgd process and wandb's service process
 def test_a_convergence_run_logs_its_config_rows_and_summary(tmp_path, setup):
     cfg, config, trace = setup
     out = tmp_path / "run"
@@ -95,6 +96,7 @@ def test_a_convergence_run_logs_its_config_rows_and_summary(tmp_path, setup):
     assert Path(trigger.read_text()) == logged["dir"].resolve()
 
 
+@pytest.mark.slow  # a bdsgd process and wandb's service process
 def test_model_training_logs_its_epochs(tmp_path, setup):
     """As the workflow runs it: the trace's name as a flag, W&B's settings in the config."""
     _, config, trace = setup

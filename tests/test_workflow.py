@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bdsgd.config import STAGE_READS, from_dict, load_config, slice_keys
+from bdsgd.config import from_dict
 from bdsgd.layout import Layout
-from tests.conftest import REPO, run_dag, snakemake, tiny_config
+from bdsgd.stages import STAGE_READS, load_stage_config, slice_keys
+from tests.helpers import REPO, run_dag, snakemake, tiny_config
 
 
 def test_lint_clean():
@@ -69,7 +70,7 @@ def test_tiny_dag_end_to_end_is_byte_identical(tiny_dag, tmp_path):
 
 @pytest.mark.slow
 def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
-    """Each stage's config file holds exactly what bdsgd.config.STAGE_READS declares its command
+    """Each stage's config file holds exactly what bdsgd.stages.STAGE_READS declares its command
     reads (less the flags its rule passes instead), with the values the whole config gives: of a
     trace's stages, that trace's; of a run's, its task's."""
     a, _, cfg = tiny_dag
@@ -89,7 +90,7 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
             assert not declared or set(value) == declared, (name, section)
         trace = whole.train.trace if stage == "train" else instance
         assert set(data["traces"]) == {trace}, name
-        sliced = load_config(stages / f"{name}.yaml", stage=stage)
+        sliced = load_stage_config(stages / f"{name}.yaml", stage)
         for key in keys:
             section, _, sub = key.partition(".")
             got, want = getattr(sliced, section), getattr(whole, section)

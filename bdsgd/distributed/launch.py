@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -24,12 +25,17 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from bdsgd.config import default_config, load_config
+from bdsgd.config import default_config
 from bdsgd.devices import rank_env, select_device, slurm_rendezvous
 from bdsgd.distributed.wire import Job, store
-from bdsgd.errors import UserError, run_entry_point
+from bdsgd.errors import Reported, UserError, run_entry_point
+from bdsgd.io import check_output
+from bdsgd.stages import load_stage_config
+from bdsgd.traces.io import read_trace, require_complete
 
 GRACE_S = 10  # how long workers get to stop after the server is done
+
+logger = logging.getLogger(__name__)
 
 
 def _free_port() -> int:
@@ -47,7 +53,8 @@ def _free_port() -> int:
 
 
 def _config(job: Job):
-    return default_config() if job.config is None else load_config(job.config, stage="distributed")
+    return (default_config() if job.config is None
+            else load_stage_config(job.config, "distributed"))
 
 
 def launch(job: Job) -> dict:
@@ -81,6 +88,8 @@ def launch(job: Job) -> dict:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+    if code == 2:  # the server's one-line error (a damaged checkpoint, say) is on stderr already
+        raise Reported(code)
     if code != 0:
         raise RuntimeError(f"distributed: the server exited with status {code}; its output is "
                            "above")
@@ -111,31 +120,33 @@ def node(job: Job) -> None:
         run_worker(job, rank, kv, tc.batch_size, tc.data_dir, device)
 
 
-def _pair(text: str | None, flag: str, kinds) -> tuple | None:
-    """WORKER:VALUE from a flag, or a one-line error naming it."""
-    if text is None:
-        return None
-    try:
-        worker, value = text.split(":")
-        return kinds[0](worker), kinds[1](value)
-    except ValueError:
-        raise UserError(flag, text, f"expected WORKER:{'FACTOR' if kinds[1] is float else 'ITERATION'}"
-                        ) from None
-
-
 def job_from_args(args) -> Job:
-    """The job of a ``bdsgd distributed`` command line, checked."""
+    """The job of a ``bdsgd distributed`` command line (its flags' values already checked by the
+    parser: ``bdsgd.flags``), checked across flags, its outputs too, before anything starts."""
     job = Job(workers=args.workers, policy=args.policy, iterations=args.iterations,
               task=args.task, config=args.config, model=args.model,
               json=str(Path(args.json).resolve()), late=args.late,
-              straggler=_pair(args.inject_straggler, "--inject-straggler", (int, float)),
-              kill=_pair(args.kill_worker, "--kill-worker", (int, int)), delay_s=args.delay_s,
+              straggler=args.inject_straggler, kill=args.kill_worker, delay_s=args.delay_s,
               delay_trace=args.delay_trace, heartbeat_s=args.heartbeat_s, seed=args.seed)
     if job.workers < 1 or job.iterations < 1:
         raise UserError("--workers/--iterations", "distributed", "need at least 1 of each")
     for flag, pair in (("--inject-straggler", job.straggler), ("--kill-worker", job.kill)):
         if pair is not None and not 0 <= pair[0] < job.workers:
             raise UserError(flag, str(pair[0]), f"no such worker: workers are 0..{job.workers - 1}")
+    if job.kill is not None and job.kill[1] >= job.iterations:
+        logger.warning(f"--kill-worker: {job.kill[0]}:{job.kill[1]}: iterations are "
+                       f"0..{job.iterations - 1}, so no worker is killed")
+    if job.delay_trace is not None:  # each worker replays its column: all of them, complete
+        delays = read_trace(job.delay_trace)
+        require_complete(delays, job.delay_trace)
+        if delays.n_workers < job.workers:
+            raise UserError(job.delay_trace, "workers", f"{delays.n_workers} workers; --workers is "
+                            f"{job.workers}, and worker w waits the trace's column w")
+    # what the server writes (ParameterServer: the result, metrics and trace beside it, and its
+    # checkpoint while it runs)
+    stem = Path(args.json).with_suffix("")
+    check_output("--json", args.json, f"{stem}.metrics.parquet", f"{stem}.trace.parquet",
+                 f"{stem}.checkpoint.pt", inputs=(args.config, args.model, args.delay_trace))
     return job
 
 

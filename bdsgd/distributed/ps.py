@@ -258,23 +258,36 @@ class ParameterServer:
     def _resume(self) -> dict | None:
         """Restore an interrupted run of this job (a killed server's checkpoint), or None.
         The policy is rebuilt and shown the recorded iterations again, each chosen and observed
-        (its choice then is ignored: the cluster's timing cannot be replayed, only its record)."""
+        (its choice then is ignored: the cluster's timing cannot be replayed, only its record).
+        A damaged checkpoint is a one-line UserError naming it: deleting it starts afresh."""
+        from bdsgd.errors import UserError
+        from bdsgd.runtime_model.checkpoint import read_state
+
         if not self.ckpt.exists():
             return None
-        state = torch.load(self.ckpt, map_location="cpu", weights_only=True)
+        afresh = "delete it to start the job afresh"
+        state = read_state(self.ckpt, afresh)
+        if "identity" not in state:
+            raise UserError(str(self.ckpt), "identity", f"not a bdsgd server checkpoint; {afresh}")
         if state["identity"] != json.dumps(self._identity()):
             logger.info(f"discarding {self.ckpt}: checkpoint of another job")
             return None
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.runtimes, self.censored = state["runtimes"].numpy(), state["censored"].numpy()
-        self.stale, self.dead = state["stale"], json.loads(state["dead"])
-        for t, (c, tau) in enumerate(zip(state["obs_cutoff"], state["obs_tau"], strict=True)):
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.runtimes, self.censored = state["runtimes"].numpy(), state["censored"].numpy()
+            self.stale, self.dead = state["stale"], json.loads(state["dead"])
+            observed = [Observation(t, c, state["obs_runtimes"][t].numpy(), tau) for t, (c, tau)
+                        in enumerate(zip(state["obs_cutoff"], state["obs_tau"], strict=True))]
+            done = len(state["rows"])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+            what = f"{exc.args[0]} missing" if isinstance(exc, KeyError) else type(exc).__name__
+            raise UserError(str(self.ckpt), "-", f"damaged checkpoint ({what}); {afresh}") from None
+        for obs in observed:
             self.policy.choose()
-            obs = Observation(t, c, state["obs_runtimes"][t].numpy(), tau)
             self.policy.observe(obs)
             self.observed.append(obs)
-        logger.info(f"resumed from {self.ckpt} at iteration {len(state['rows'])}")
+        logger.info(f"resumed from {self.ckpt} at iteration {done}")
         return state
 
     def _write(self, metrics: pd.DataFrame, wall: float, resumed_from: int) -> dict:

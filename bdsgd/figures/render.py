@@ -7,11 +7,13 @@
     throughput/<trace>/throughput.json, decisions.parquet
     runs/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
 
-(found through ``bdsgd.layout``, as the workflow lays them out) and writes every figure as PNG
-and PDF (``bdsgd.plotting``) plus ``summary.csv`` (one row per convergence run) and
-``throughput_summary.csv`` (one row per trace x policy x rule). The tables hold no wall-clock
-numbers, so two runs of the same commit and config give byte-identical tables; the PDFs carry no
-creation date, so they too repeat byte for byte on the same library versions.
+(found through ``bdsgd.layout``, as the workflow lays them out; read and checked, every file,
+by ``bdsgd.figures.inputs`` before any figure is drawn: a missing or damaged file is one line
+naming it, and nothing is written) and writes every figure as PNG and PDF (``bdsgd.plotting``)
+plus ``summary.csv`` (one row per convergence run) and ``throughput_summary.csv`` (one row per
+trace x policy x rule). The tables hold no wall-clock numbers, so two runs of the same commit
+and config give byte-identical tables; the PDFs carry no creation date, so they too repeat byte
+for byte on the same library versions.
 
 Each policy has one fixed colour in every figure (``policy_style``, from
 ``bdsgd.figures.POLICY_COLOURS``). Curves over seeds are the median with a min-max band.
@@ -19,7 +21,6 @@ Each policy has one fixed colour in every figure (``policy_style``, from
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -29,7 +30,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from bdsgd.errors import UserError  # noqa: E402
@@ -39,9 +39,17 @@ from bdsgd.figures import (  # noqa: E402
     FIGURES,
     POLICY_COLOURS,
 )
+from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
+    SUMMARY_COLUMNS,
+    THROUGHPUT_COLUMNS,
+    load_predictions,
+    load_runs,
+    load_throughput,
+    load_traces,
+)
+from bdsgd.figures.inputs import time_unit as _time_unit  # noqa: E402, F401
 from bdsgd.figures.stats import time_to_target_stats  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
-from bdsgd.layout import ANY, Layout  # noqa: E402
 from bdsgd.plotting import save_figure  # noqa: E402
 
 # the training modes that are no cutoff policy: no cutoff to draw, and their metrics rows are
@@ -49,24 +57,9 @@ from bdsgd.plotting import save_figure  # noqa: E402
 from bdsgd.schedules import MODES  # noqa: E402
 
 logger = logging.getLogger(__name__)
-from bdsgd.traces.io import META_KEY  # noqa: E402
 
-# A public contract: columns may be appended, never removed or reordered.
-SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy",
-                   "gradients_per_s", "mean_cutoff", "iterations", "virtual_time_s",
-                   "target_accuracy", "final_test_loss", "mean_staleness", "n_workers"]
-THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
-                      "mean_cutoff", "cutoff_std"]
-# Metrics columns that older runs do not have: read as NaN (unavailable) there.
-OPTIONAL_METRICS = ("gradients", "staleness")
 FLOAT_FORMAT = "%.10g"
 BAND_POINTS = 200  # grid points a curve over seeds is interpolated onto
-
-
-def _need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
-    if not paths:
-        raise UserError(str(results_dir), what, f"no {what} results found under {results_dir}")
-    return sorted(paths)
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> list[Path]:
@@ -98,44 +91,6 @@ def _bar_style(policy: str, alpha: float = 1.0) -> dict:
 
 def _window(rows: int) -> int:
     return max(1, rows // 25)  # 4% of a curve's rows: a short smoke run is not flattened
-
-
-# ----------------------------------------------------------------------------- loading
-def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(summary: one row per run, metrics: every row of every run, with task, policy, seed)."""
-    rows, metrics = [], []
-    layout = Layout(str(results_dir))
-    for result in _need(layout.find(layout.run("result.json", ANY, ANY, ANY)), results_dir, "runs"):
-        summary = json.loads(result.read_text())["summary"]
-        rows.append({k: summary.get(k) for k in SUMMARY_COLUMNS})
-        run = pd.read_parquet(result.with_name("metrics.parquet"))  # beside it (Layout.run)
-        for column in OPTIONAL_METRICS:
-            if column not in run:
-                run[column] = np.nan
-        metrics.append(run.assign(task=summary["task"], policy=summary["policy"],
-                                  seed=summary["seed"]))
-    summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS).sort_values(["task", "policy", "seed"])
-    return summary.reset_index(drop=True), pd.concat(metrics, ignore_index=True)
-
-
-def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per trace x policy x rule, per-iteration decisions of every trace)."""
-    rows, decisions = [], []
-    layout = Layout(str(results_dir))
-    for path in _need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
-        trace = path.parent.name
-        for name, entry in json.loads(path.read_text())["policies"].items():
-            rows.append({"trace": trace, "policy": name.split("/")[0],
-                         "rule": entry.get("rule") or "", **{
-                             k: entry.get(k) for k in THROUGHPUT_COLUMNS[3:]}})
-        dec = Path(layout.throughput(trace, "decisions.parquet"))
-        if dec.exists():
-            decisions.append(pd.read_parquet(dec).assign(trace=trace))
-    # With --rule both, a predictive policy appears under its default rule (plain name) and as
-    # <policy>/<rule> for each rule: keep one row per (trace, policy, rule).
-    table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS).drop_duplicates(["trace", "policy", "rule"])
-    table = table.sort_values(["trace", "policy", "rule"]).reset_index(drop=True)
-    return table, pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
 
 
 def _over_seeds(runs: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
@@ -302,36 +257,29 @@ def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
-def runtime_distributions(results_dir: Path, path: Path) -> list[Path]:
-    """Empirical CDF of every trace's run-times over its median (log scale: the tail matters)."""
-    layout = Layout(str(results_dir))
-    paths = _need(layout.find(layout.trace(ANY)), results_dir, "traces")
+def runtime_distributions(results_dir: Path, path: Path,
+                          traces: dict[str, np.ndarray] | None = None) -> list[Path]:
+    """Empirical CDF of every trace's run-times over its median (log scale: the tail matters).
+    ``traces``: ``inputs.load_traces``' (None: read them from ``results_dir``)."""
+    traces = load_traces(results_dir) if traces is None else traces
     fig, ax = plt.subplots(figsize=(7, 4))
-    for trace_path in paths:
-        x = pd.read_parquet(trace_path, columns=["runtime_s"])["runtime_s"].to_numpy()
+    for name, x in traces.items():
         x = np.sort(x / np.median(x))
-        ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=trace_path.parent.name)
+        ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name)
     ax.set(xscale="log", xlabel="run-time / median run-time", ylabel="empirical CDF",
            title="worker run-time distributions")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
 
-def _time_unit(results_dir: Path, trace: str) -> str:
-    """The run-time unit of a trace, from its test part's metadata ("s" when it has none)."""
-    test = Path(Layout(str(results_dir)).trace(trace, "test"))
-    raw = (pq.read_schema(test).metadata or {}).get(META_KEY) if test.is_file() else None
-    return json.loads(raw).get("time_unit", "s") if raw else "s"
-
-
-def model_predictions(results_dir: Path, path: Path) -> list[Path]:
-    """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out."""
-    layout = Layout(str(results_dir))
-    paths = _need(layout.find(layout.model(ANY, "predictions.parquet")), results_dir,
-                  "model predictions")
-    fig, axes = plt.subplots(len(paths), 1, figsize=(10, 3.2 * len(paths)), squeeze=False)
-    for ax, pred_path in zip(axes[:, 0], paths, strict=True):
-        pred = pd.read_parquet(pred_path)
+def model_predictions(results_dir: Path, path: Path,
+                      predictions: list[tuple[str, pd.DataFrame, str]] | None = None) -> list[Path]:
+    """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out.
+    ``predictions``: ``inputs.load_predictions``' (None: read them from ``results_dir``)."""
+    predictions = load_predictions(results_dir) if predictions is None else predictions
+    fig, axes = plt.subplots(len(predictions), 1, figsize=(10, 3.2 * len(predictions)),
+                             squeeze=False)
+    for ax, (trace, pred, unit) in zip(axes[:, 0], predictions, strict=True):
         orders = sorted(pred["order"].unique())
         shown = sorted({orders[len(orders) // 2], orders[-1]})
         for order, color in zip(shown, sns.color_palette("tab10"), strict=False):
@@ -340,20 +288,21 @@ def model_predictions(results_dir: Path, path: Path) -> list[Path]:
             ax.plot(p["iteration"], p["predicted_mean"], color=color, lw=1.2,
                     label=f"predicted E[x_({order})]")
             ax.scatter(p["iteration"], p["realised"], color=color, s=4, label=f"realised x_({order})")
-        ax.set(title=f"{pred_path.parent.name}: one-step-ahead predictions (held out)",
-               xlabel="iteration (test part)",
-               ylabel=f"run-time ({_time_unit(results_dir, pred_path.parent.name)})")
+        ax.set(title=f"{trace}: one-step-ahead predictions (held out)",
+               xlabel="iteration (test part)", ylabel=f"run-time ({unit})")
         ax.legend(fontsize=7, ncol=2)
     return save_figure(fig, path)
 
 
 def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
-    """Draw every figure and write both summary tables; returns the files written."""
+    """Draw every figure and write both summary tables; returns the files written. Every input
+    is read and checked first: a bad one is a UserError, and then nothing is written."""
     if not results_dir.is_dir():
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
-    sns.set_theme(style="whitegrid", context="notebook")
     summary, metrics = load_runs(results_dir)
     table, decisions = load_throughput(results_dir)
+    traces, predictions = load_traces(results_dir), load_predictions(results_dir)
+    sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
         *_write_csv(summary, path["summary"]),
@@ -363,8 +312,8 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *training_cutoff(metrics, summary, path["training_cutoff"]),
         *cutoff_over_time(decisions, path["cutoff_over_time"]),
         *throughput_bars(table, path["throughput"]),
-        *runtime_distributions(results_dir, path["runtime_distributions"]),
-        *model_predictions(results_dir, path["model_predictions"]),
+        *runtime_distributions(results_dir, path["runtime_distributions"], traces),
+        *model_predictions(results_dir, path["model_predictions"], predictions),
     ]
     for path in written:
         logger.info(f"wrote {path}")

@@ -23,12 +23,22 @@ class Sync:
 
 
 class Static:
-    """Chen et al. (2016), backup workers: always wait for the first n - b."""
+    """Chen et al. (2016), backup workers: always wait for the first n - b.
+
+    ``backups`` from 1 is a count, b = int(backups); below 1 a fraction f of n, b = round(f n),
+    but at least one backup for any f > 0: a fraction asked for backups, so a small job does not
+    silently run as sync (0.1 of 3 or 4 workers rounds to none). f = 0 is sync. c = n - b, and
+    at least 1.
+    """
 
     name = "static"
 
     def __init__(self, n_workers: int, backups: float):
-        b = int(round(backups * n_workers)) if backups < 1 else int(backups)
+        if backups >= 1:
+            b = int(backups)
+        else:
+            b = int(round(backups * n_workers))
+            b = max(b, 1) if backups > 0 else b
         self.c = min(max(n_workers - b, 1), n_workers)
 
     def choose(self) -> int:

@@ -83,7 +83,7 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
     (None: throughput); ``real``: a real cluster, which has no truth and no future; ``rule``
     None: the config's; ``comm_s`` None: the config's throughput.comm_s."""
     need, model, truth = policy_spec(name), inputs.model, inputs.truth
-    source = "<distributed>" if trace is None else trace.meta.get("source", "<trace>")
+    source = "<distributed>" if trace is None else trace.file
     if real and (need.needs_truth or need.needs_future):
         raise UserError("--policy", name, "needs the simulator's truth or the future run-times, "
                         "which a real cluster does not have")
@@ -103,7 +103,7 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
                             f"simulator's state of the trace's {trace.n_iterations} iterations "
                             f"only; a run of {runs} would cycle it: shorten the run")
     if history is not None and history.n_workers != n_workers:
-        raise UserError(history.meta.get("source", "--history"), "workers",
+        raise UserError(history.file, "workers",
                         f"{history.n_workers} workers; the run has {n_workers}")
     backups = cfg.policies.static_backups
     if name.removeprefix("explore-") == "static" and backups >= 1 and backups >= n_workers:

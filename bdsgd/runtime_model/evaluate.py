@@ -30,7 +30,7 @@ def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int,
     and the per-iteration predictions of every order statistic (iteration, order,
     predicted_mean, lo90, hi90, realised: the predictions figure's table)."""
     if trace.n_workers != model.n_workers:
-        raise UserError(trace.meta.get("source", "<trace>"), "worker",
+        raise UserError(trace.file, "worker",
                         f"trace has {trace.n_workers} workers, the model {model.n_workers}")
     gen = torch.Generator().manual_seed(seed)
     x_all = torch.as_tensor(trace.runtimes / model.scale_s, dtype=torch.float32)

@@ -7,7 +7,9 @@ windows of ``chunk`` iterations that overlap by half, at a random phase, and tak
 batches of ``batch_size`` of them (the filter restarts from z_0 at each window's start).
 Everything random draws from one seeded generator, so a seed fixes the result; a checkpoint
 ``<out>.ckpt`` written every ``checkpoint_every`` epochs holds that generator's state too, so a
-resumed run ends exactly where an uninterrupted one does.
+resumed run ends exactly where an uninterrupted one does. SIGTERM or SIGINT stop it at the end
+of the epoch with a checkpoint (``Stopped``, as ``bdsgd train``); the same command resumes, and
+says so. A damaged checkpoint is a one-line error naming it (delete it to start afresh).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from tqdm import tqdm
 
 from bdsgd import tracking
 from bdsgd.config import Config, ModelConfig
-from bdsgd.errors import UserError
+from bdsgd.errors import Stopped, UserError, stop_requests
 from bdsgd.io import write_with
 from bdsgd.provenance import stamp
-from bdsgd.runtime_model.checkpoint import checkpoint
+from bdsgd.runtime_model.checkpoint import checkpoint, read_state
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
+from bdsgd.traces.io import require_cutoff
 from bdsgd.traces.schema import Trace
 
 logger = logging.getLogger(__name__)
@@ -38,7 +41,8 @@ NON_LEAF_GRAD = "The .grad attribute of a Tensor that is not a leaf Tensor"
 
 def normalised(trace: Trace, censoring: str) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(x~, censored, m): run-times over their median m (uncensored ones; all if none are)."""
-    source = trace.meta.get("source", "<trace>")
+    source = trace.file
+    require_cutoff(trace)  # the model learns to pick cutoffs
     if trace.n_iterations < 2:
         raise UserError(source, "iteration", "training needs at least 2 iterations")
     uncensored = trace.runtimes[~trace.censored]
@@ -121,13 +125,47 @@ def planned_epochs(cfg: ModelConfig, n_iterations: int) -> int:
     return -(-cfg.steps // per_pass)
 
 
+def _resume(ckpt_path: Path, fingerprint: dict, model, optimizer, generator) -> tuple[int, list]:
+    """Restore an interrupted fit from its checkpoint: (epochs done, their losses)."""
+    afresh = "delete it to start afresh"
+    state = read_state(ckpt_path, afresh)
+    if state.get("fingerprint") != fingerprint:
+        raise UserError(str(ckpt_path), "fingerprint", "checkpoint of a different trace, "
+                        f"config or seed; {afresh}")
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        why = str(exc).strip().splitlines()[-1].strip()
+        raise UserError(str(ckpt_path), "model", f"checkpoint of another model version "
+                        f"({why}); {afresh}") from None
+    try:
+        generator.set_state(state["generator"])
+        start, losses = int(state["epoch"]), [float(v) for v in state["losses"]]
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        field = exc.args[0] if isinstance(exc, KeyError) else "generator"
+        raise UserError(str(ckpt_path), str(field), f"damaged checkpoint; {afresh}") from None
+    logger.info(f"resuming from {ckpt_path} at epoch {start}")
+    return start, losses
+
+
 def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool = True,
                 config: Config | None = None, trace_name: str = "trace") -> Path:
     """Train on ``trace``; write the model to ``out`` (atomically) and return its path.
     ``config``: the experiment's, stamped into the model and, with its wandb: section, where the
-    W&B run goes (``trace_name`` names the trace there)."""
-    out = Path(out)
+    W&B run goes (``trace_name`` names the trace there). SIGTERM and SIGINT, heard from the
+    start, stop it after the epoch under way with a checkpoint (``Stopped``)."""
+    with stop_requests() as stop:
+        return _fit(trace, cfg, seed, Path(out), progress, config, trace_name, stop)
+
+
+def _fit(trace: Trace, cfg: ModelConfig, seed: int, out: Path, progress: bool,
+         config: Config | None, trace_name: str, stop: list[int]) -> Path:
     ckpt_path = Path(f"{out}.ckpt")
+    epochs = planned_epochs(cfg, trace.n_iterations)
+    if epochs < 1:  # nothing trained: no model to write
+        raise UserError(getattr(config, "source", "<model config>"), "model.epochs/model.steps",
+                        f"{cfg.epochs} epochs, {cfg.steps} steps: training needs at least 1")
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     x, censored, m = normalised(trace, cfg.censoring)
@@ -136,20 +174,7 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
     fingerprint = _fingerprint(trace, cfg, seed)
     start, losses = 0, []
     if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        if state.get("fingerprint") != fingerprint:
-            raise UserError(str(ckpt_path), "fingerprint", "checkpoint of a different trace, "
-                            "config or seed; delete it to start afresh")
-        try:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as exc:
-            why = str(exc).strip().splitlines()[-1].strip()
-            raise UserError(str(ckpt_path), "model", f"checkpoint of another model version "
-                            f"({why}); delete it to start afresh") from None
-        generator.set_state(state["generator"])
-        start, losses = state["epoch"], list(state["losses"])
-        logger.info(f"resuming from {ckpt_path} at epoch {start}")
+        start, losses = _resume(ckpt_path, fingerprint, model, optimizer, generator)
 
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"training run-time model: n={trace.n_workers} workers, T={trace.n_iterations} "
@@ -160,18 +185,21 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
     wandb = None if config is None else tracking.start(
         dataclasses.replace(config, model=cfg), "model", f"model-{trace_name}-s{seed}", out.parent,
         "epoch", trace=trace_name, seed=seed)
-    epochs = planned_epochs(cfg, trace.n_iterations)
     bar = tqdm(range(start, epochs), disable=not progress, desc="ELBO", unit="epoch",
                initial=start, total=epochs)
     for epoch in bar:
         losses.append(run_epoch(model, optimizer, x, censored, cfg, generator, term))
         bar.set_postfix(elbo=f"{-losses[-1]:.4f}")
         tracking.log(wandb, {"epoch": epoch + 1, "elbo": -losses[-1]}, epoch + 1)
-        if (epoch + 1) % cfg.checkpoint_every == 0 and epoch + 1 < epochs:
+        if ((epoch + 1) % cfg.checkpoint_every == 0 or stop) and epoch + 1 < epochs:
             state = {"fingerprint": fingerprint, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
                      "epoch": epoch + 1, "losses": losses}
             write_with(ckpt_path, lambda tmp, state=state: torch.save(state, tmp))
+        if stop and epoch + 1 < epochs:
+            bar.close()
+            tracking.finish(wandb, None, 128 + stop[0])
+            raise Stopped(stop[0], ckpt_path, epoch + 1, unit="epoch")
 
     payload = checkpoint(model, losses=losses, provenance=stamp(config, seed, trace_meta={
         k: v for k, v in trace.meta.items() if isinstance(v, (str, int, float))}))

@@ -5,7 +5,9 @@ Two formats:
 ``csv``
     The generic long table, one row per (iteration, worker): the header ``iteration,worker,
     runtime_s`` plus any of ``censored, node, compute_s, comm_s``; seconds. Validated by
-    ``schema.from_frame`` exactly as a Parquet trace is (strict: an unknown column is an error).
+    ``schema.from_frame`` exactly as a Parquet trace is (strict: an unknown column is an error;
+    a worker missing from an iteration is an error; iterations missing from the middle are a
+    warning naming the first one, and the labels are kept).
 
 ``alibaba-pai``
     The mini-batch-time job files of Alibaba's PAI GPU cluster trace (cluster-trace-gpu-v2020):
@@ -24,6 +26,9 @@ Two formats:
       dropped iterations are recorded in the metadata (``dropped_iterations``).
     - An exact repetition of a row only occurs inside such incomplete iterations in the released
       samples; anywhere else a repeated (time, worker) is rejected as a duplicate.
+    - The gaps between sampled iterations (and those the dropped ones leave) are the format's:
+      the metadata declares the sampling, so they are no warning, here or when the Parquet
+      trace is read again.
 
 Any bad file (missing, empty, not a CSV, missing or non-numeric columns) is a one-line
 ``UserError`` naming the file, the row (0-based data row, as the file's index column counts) and

@@ -1,7 +1,10 @@
 """Reading and writing traces as Parquet (metadata under the key ``bdsgd``), and the checks of a
-trace that a run reads: complete (``require_complete``), or a history of the same workers; and a
-trace cut in time into a training and a test part (``write_split``), its simulator truth
-following both parts."""
+trace that a run reads: workers enough for a cutoff (``require_cutoff``: every stage that
+chooses cutoffs or learns them calls it where it reads its trace, i.e. throughput, train, model
+train, distributed's delay trace; describe, plot, split and import take a trace of one worker,
+and so does an in-memory replay), complete (``require_complete``), or a history of the same
+workers; and a trace cut in time into a training and a test part (``write_split``), its
+simulator truth following both parts."""
 
 from __future__ import annotations
 
@@ -40,9 +43,19 @@ def read_trace(path: str | Path, strict: bool = True) -> Trace:
     raw = (table.schema.metadata or {}).get(META_KEY)
     try:
         meta = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(str(path), "metadata", "the 'bdsgd' metadata is not valid JSON") from None
+    if not isinstance(meta, dict):
+        raise UserError(str(path), "metadata", "the 'bdsgd' metadata is not a JSON object")
     return from_frame(table.to_pandas(), str(path), meta, strict=strict)
+
+
+def require_cutoff(trace: Trace, source: str | None = None) -> None:
+    """A cutoff (wait for the first c of n workers) needs n >= 2 to choose among: a trace of one
+    worker is a user error naming ``source`` (default: the file the trace was read from)."""
+    if trace.n_workers < 2:
+        raise UserError(source or trace.file, "workers", f"{trace.n_workers} worker: a cutoff "
+                        "needs at least 2 workers to choose among; give a trace of 2 or more")
 
 
 def require_complete(trace: Trace, source: str) -> None:
@@ -58,6 +71,7 @@ def read_history(history_path, trace: Trace, trace_path: str) -> Trace | None:
     if history_path is None:
         return None
     history = read_trace(history_path)
+    require_cutoff(history, str(history_path))
     require_complete(history, str(history_path))
     if history.n_workers != trace.n_workers:
         raise UserError(str(history_path), "workers", f"{history.n_workers} workers; the "
@@ -70,6 +84,10 @@ def write_split(trace: Trace, fraction: float, train_out, test_out, truth: Truth
     """Cut ``trace`` in time at ``fraction`` of its iterations and write the two parts. A
     simulated trace's latent state (``truth``) goes whole beside both parts: the bayes reference
     reads it, and each part's metadata records its offset into it."""
+    if not 0 < fraction < 1:
+        raise UserError(source, "train_fraction", f"{fraction} is not strictly between 0 and 1")
+    if Path(train_out).resolve() == Path(test_out).resolve():
+        raise UserError(str(train_out), "--train/--test", "the same file for both parts")
     if trace.n_iterations < 2:
         raise UserError(source, "iteration",
                         "a trace needs at least 2 iterations to split")

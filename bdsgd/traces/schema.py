@@ -12,12 +12,23 @@ On disk a trace is a long Parquet table, one row per (iteration, worker)::
 
 with the trace's metadata (source, time unit, number of workers, cluster description, the
 gatherer's config) as JSON under the Parquet key ``bdsgd``. In memory it is a dense
-(iterations x workers) array. ``from_frame`` is the one validator: everything else trusts a
-``Trace``.
+(iterations x workers) array, and ``Trace.file`` names the file it was read from (what every
+message about the trace names: its metadata's ``source`` says only where it came from, e.g.
+"csv"). ``from_frame`` is the one validator: everything else trusts a ``Trace``.
+
+Iterations missing from the middle (labels that jump, e.g. 3, 4, 7) are legal but probably not
+meant: the dense array makes the iterations either side of a gap neighbours, which the run-time
+model and the policies read as consecutive. So a gap is a warning (``bdsgd.traces.schema``'s
+logger, WARNING) naming the first missing iteration, for a Parquet trace and an imported CSV
+alike, and the trace loads. A trace whose metadata declares its iterations sampled
+(``sampling``, as an Alibaba PAI import does: its job files log about every 10th iteration and
+lose some) loads without one. A worker missing from an iteration is an error (give it a censored
+row); the Alibaba PAI importer drops such iterations instead and records them in the metadata.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +36,8 @@ import numpy as np
 import pandas as pd
 
 from bdsgd.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 REQUIRED = ("iteration", "worker", "runtime_s")
 OPTIONAL = ("censored", "node", "compute_s", "comm_s")
@@ -41,6 +54,7 @@ class Trace:
     node: np.ndarray | None = None  # (n,) int64
     compute_s: np.ndarray | None = None  # (T, n)
     comm_s: np.ndarray | None = None  # (T, n)
+    file: str = field(default="<trace>", compare=False)  # what messages about the trace name
 
     @property
     def n_iterations(self) -> int:
@@ -161,6 +175,12 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
 
     iterations, it_idx = np.unique(it, return_inverse=True)
     workers, wk_idx = np.unique(wk, return_inverse=True)
+    jumps = np.flatnonzero(np.diff(iterations) > 1)
+    if len(jumps) and "sampling" not in (meta or {}):
+        t = int(jumps[0])
+        logger.warning("%s: iteration %d: missing (the labels jump from %d to %d; the first of %d "
+                       "gap(s)): the iterations either side of a gap are read as consecutive",
+                       source, iterations[t] + 1, iterations[t], iterations[t + 1], len(jumps))
     T, n = len(iterations), len(workers)
     counts = np.bincount(it_idx, minlength=T)
     if (counts < n).any():
@@ -200,6 +220,7 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         workers=workers.astype(np.int64),
         meta=meta,
         node=node,
+        file=source,
         **columns,
     )
 

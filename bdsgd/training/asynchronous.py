@@ -57,6 +57,7 @@ from torch import nn
 from bdsgd import sgd
 from bdsgd.config import Config
 from bdsgd.devices import torch_settings
+from bdsgd.errors import stop_requests
 from bdsgd.schedules import async_schedule
 from bdsgd.training import record, run
 
@@ -89,7 +90,7 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
           f"(staleness_lr {tc.staleness_lr}), "
           f"comm {comm_s} s, target accuracy {r.target}, device {device}")
 
-    with torch_settings(tc.threads, device), run.stop_requests() as stop:
+    with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = run.new_model(r, seed, lr)
         flight: dict[int, tuple[list, float]] = {}  # worker -> its gradient in flight, its loss
 

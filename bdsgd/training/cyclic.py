@@ -63,6 +63,7 @@ import numpy as np
 from bdsgd import sgd
 from bdsgd.config import Config
 from bdsgd.devices import torch_settings
+from bdsgd.errors import stop_requests
 from bdsgd.schedules import cyclic_schedule
 from bdsgd.training import record, run
 
@@ -86,7 +87,7 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
           f"{tc.batch_size} per worker ({streams.per_epoch} per epoch), lr {tc.learning_rate} / n "
           f"per gradient, comm {comm_s} s per push, target accuracy {r.target}, device {device}")
 
-    with torch_settings(tc.threads, device), run.stop_requests() as stop:
+    with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = run.new_model(r, seed, lr)
         pending: dict[int, list] = {}  # update -> [sum of its gradients so far, sum of losses]
         row_loss = 0.0  # the losses of the gradients applied since the last row

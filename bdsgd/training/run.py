@@ -1,5 +1,6 @@
 """What every training mode does before and around its loop: read and check its inputs once
-(``prepare``), build the network, checkpoint and resume, and hear stop requests.
+(``prepare``), build the network, checkpoint and resume (a damaged checkpoint is a one-line error
+naming it: the run is never silently redone from zero). Stop requests: ``bdsgd.errors``.
 
 The modes (``synchronous``: a cutoff policy per iteration; ``asynchronous``; ``cyclic``) differ
 only in when gradients are computed and applied; ``bdsgd.training.record`` writes their rows.
@@ -8,11 +9,8 @@ only in when gradients are computed and applied; ``bdsgd.training.record`` write
 from __future__ import annotations
 
 import collections
-import contextlib
 import hashlib
 import logging
-import signal
-import threading
 from pathlib import Path
 
 import torch
@@ -22,8 +20,9 @@ from bdsgd.config import Config
 from bdsgd.devices import select_device
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
+from bdsgd.runtime_model.checkpoint import read_state
 from bdsgd.tasks import WorkerStreams, load_task
-from bdsgd.traces.io import read_history, read_trace, require_complete
+from bdsgd.traces.io import read_history, read_trace, require_complete, require_cutoff
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +37,7 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     """Read and check the trace, history, task and target; the run's checkpoint identity."""
     tc = cfg.training()
     trace = read_trace(trace_path)
+    require_cutoff(trace, str(trace_path))
     require_complete(trace, str(trace_path))
     if task not in tc.target_accuracy:
         raise UserError(cfg.source, f"train.target_accuracy.{task}",
@@ -75,38 +75,30 @@ def save_checkpoint(run: RunSetup, model: nn.Module, optimizer: torch.optim.Opti
 
 def load_checkpoint(run: RunSetup, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
     """Restore the interrupted run's model, optimiser and RNG states; its state (for the mode's
-    own keys), or None when there is none or it is another run's (then start afresh)."""
-    path = run.ckpt_path
-    state = torch.load(path, map_location="cpu", weights_only=True) if path.exists() else None
-    if state is not None and state["identity"] != run.identity:
+    own keys), or None when there is none or it is another run's (then start afresh). A damaged
+    checkpoint is a UserError naming it: deleting it starts afresh."""
+    path, afresh = run.ckpt_path, "delete it to start the run afresh"
+    if not path.exists():
+        return None
+    state = read_state(path, afresh)
+    if "identity" not in state:
+        raise UserError(str(path), "identity", f"not a bdsgd train checkpoint; {afresh}")
+    if state["identity"] != run.identity:
         # An interrupted run of another config, task, policy, seed or trace (Snakemake reruns
         # a job whose config changed): its state is no use here, start afresh.
         logger.warning("discarding %s: checkpoint of another run (%s)", path, state["identity"])
         return None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        if run.device.type == "cuda":
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        done = state["metrics"]["iteration"]
-        logger.info("resumed from %s at iteration %d", path, done[-1] if done else 0)
+    restores = [("model", model.load_state_dict), ("optimizer", optimizer.load_state_dict),
+                ("torch_rng", torch.set_rng_state)]
+    if run.device.type == "cuda":
+        restores.append(("cuda_rng", torch.cuda.set_rng_state_all))
+    for key, restore in [*restores, ("metrics", lambda metrics: metrics["iteration"])]:
+        try:
+            restore(state[key])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            why = "missing" if isinstance(exc, KeyError) else "does not fit this run"
+            raise UserError(str(path), key, f"{why} (a damaged checkpoint or another bdsgd "
+                            f"version's); {afresh}") from None
+    done = state["metrics"]["iteration"]
+    logger.info("resumed from %s at iteration %d", path, done[-1] if done else 0)
     return state
-
-
-@contextlib.contextmanager
-def stop_requests(signums=(signal.SIGTERM, signal.SIGINT)):
-    """Record SIGTERM (SLURM's preemption notice, Snakemake's cancel) and SIGINT instead of dying
-    mid-step: the loop checkpoints at the end of the row and stops (``Stopped``). Yields the
-    signals received; the process's handlers come back after. Only the main thread may set
-    handlers: elsewhere nothing is recorded and the signals keep their effect."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}
-    try:
-        yield received
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)

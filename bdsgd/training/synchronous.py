@@ -54,12 +54,13 @@ import numpy as np
 
 from bdsgd.config import Config
 from bdsgd.devices import torch_settings
+from bdsgd.errors import stop_requests
 from bdsgd.loop import Server, catch_up
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.policies.progress import LR_SCALING
 from bdsgd.sgd import noise_step, sgd_step
 from bdsgd.training.record import Recorder, write_outputs
-from bdsgd.training.run import load_checkpoint, new_model, prepare, save_checkpoint, stop_requests
+from bdsgd.training.run import load_checkpoint, new_model, prepare, save_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +139,8 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
     scale = getattr(pol, "noise_scale", None)
     write_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start,
-        "decision_latency_p50_s": float(np.median(decision_ns)) * 1e-9},
+        "decision_latency_p50_s": float(np.median(decision_ns)) * 1e-9,
+        "threads": tc.threads},  # torch's, under which the decisions were timed
         {"objective": tc.objective,
          "gradient_noise_scale": None if progress is None or scale is None else float(scale)})
     return out_dir

@@ -5,11 +5,11 @@
 #
 # A stage does not read the whole config: rule stage_config (config.smk) writes, per stage and
 # instance, results/<experiment>/config/<rule>/<name>.yaml holding only the keys that stage's
-# command reads, as bdsgd.config.STAGE_READS declares them (config_slice below). The text is the
+# command reads, as bdsgd.stages.STAGE_READS declares them (config_slice below). The text is the
 # rule's params, so Snakemake rewrites a file, and reruns what reads it, only when its slice
 # changes: one more seed or trace, a new wandb.mode or train.learning_rate leaves the traces, the
 # run-time models and the throughput replays alone. The command loads its file as its stage
-# (`bdsgd.config.load_config(path, stage=...)`), on which reading a key the stage does not
+# (`bdsgd.stages.load_stage_config(path, stage)`), on which reading a key the stage does not
 # declare is an error, not the schema's default.
 import os
 import re
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from bdsgd.config import STAGE_READS, GatherConfig, slice_keys
+from bdsgd.config import GatherConfig
+from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import Layout
 from bdsgd.traces import TRACE_FIGURES
@@ -33,7 +34,7 @@ DIST = config["distributed"]["jobs"]
 # its post-deploy script, which Snakemake runs from a copy in .snakemake/conda/: the checkout's
 # path reaches the script from here, as Snakemake's processes pass their environment on.
 os.environ.update(BDSGD_PROJECT=workflow.basedir)
-# The rules that read a config file of their own: every stage of bdsgd.config.STAGE_READS.
+# The rules that read a config file of their own: every stage of bdsgd.stages.STAGE_READS.
 STAGES = tuple(STAGE_READS)
 
 
@@ -103,7 +104,7 @@ def train_of(task):
 
 def config_slice(stage, name):
     """The config file of stage `stage` (a rule) run for `name` (a trace; a task for train, a
-    job for distributed): exactly what bdsgd.config.STAGE_READS declares its command reads, less
+    job for distributed): exactly what bdsgd.stages.STAGE_READS declares its command reads, less
     the flags its rule passes instead (STAGE_FLAGS), and of each section the instance's part (the
     trace it makes or replays, trace_spec; of train, its task's, train_of).
 

@@ -1,0 +1,153 @@
+"""What ``bdsgd figures`` reads, all of it read and checked before any figure is drawn.
+
+Each loader finds its files through ``bdsgd.layout`` (as the workflow lays them out) and returns
+plain tables; a missing, damaged or incomplete file is one ``UserError`` naming it and the field
+(a JSON key, a Parquet column, or ``-`` for the whole file), so a bad results folder stops the
+command before it writes anything (``render.render_all`` loads everything first).
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bdsgd.errors import UserError
+from bdsgd.layout import ANY, Layout
+from bdsgd.traces.io import META_KEY
+
+# A public contract: columns may be appended, never removed or reordered.
+SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy",
+                   "gradients_per_s", "mean_cutoff", "iterations", "virtual_time_s",
+                   "target_accuracy", "final_test_loss", "mean_staleness", "n_workers"]
+THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
+                      "mean_cutoff", "cutoff_std"]
+# Metrics columns that older runs do not have: read as NaN (unavailable) there.
+OPTIONAL_METRICS = ("gradients", "staleness")
+# What the figures draw from each kind of table.
+METRICS = ("iteration", "virtual_time_s", "cutoff", "train_loss", "test_accuracy")
+DECISIONS = ("policy", "iteration", "cutoff")
+PREDICTIONS = ("order", "iteration", "predicted_mean", "lo90", "hi90", "realised")
+
+
+def need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
+    if not paths:
+        raise UserError(str(results_dir), what, f"no {what} results found under {results_dir}")
+    return sorted(paths)
+
+
+def read_json(path: Path, key: str) -> dict:
+    """The object under ``key`` of a JSON file (itself an object)."""
+    if not path.is_file():
+        raise UserError(str(path), "-", "file missing")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(str(path), "-", f"damaged: not valid JSON ({exc})") from None
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, dict):
+        raise UserError(str(path), key, "missing, or not an object")
+    return value
+
+
+def read_parquet(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """A Parquet table with at least one row and ``columns`` among its columns."""
+    if not path.is_file():
+        raise UserError(str(path), "-", "file missing")
+    try:
+        frame = pq.read_table(path).to_pandas()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(str(path), "-", f"damaged: not a Parquet table ({reason})") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise UserError(str(path), missing[0], f"column missing (have {list(frame.columns)})")
+    if frame.empty:
+        raise UserError(str(path), "-", "no rows")
+    return frame
+
+
+def _summary(path: Path) -> dict:
+    """A run's result.json summary, its identifying fields and target checked."""
+    summary = read_json(path, "summary")
+    for key, kind in (("task", str), ("policy", str), ("seed", numbers.Integral),
+                      ("target_accuracy", numbers.Real)):
+        value = summary.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UserError(str(path), f"summary.{key}", f"missing or not a {kind.__name__}: "
+                            f"{value!r}")
+    return summary
+
+
+def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summary: one row per run, metrics: every row of every run, with task, policy, seed)."""
+    rows, metrics = [], []
+    layout = Layout(str(results_dir))
+    for result in need(layout.find(layout.run("result.json", ANY, ANY, ANY)), results_dir, "runs"):
+        summary = _summary(result)
+        rows.append({k: summary.get(k) for k in SUMMARY_COLUMNS})
+        run = read_parquet(result.with_name("metrics.parquet"), METRICS)  # beside it (Layout.run)
+        for column in OPTIONAL_METRICS:
+            if column not in run:
+                run[column] = np.nan
+        metrics.append(run.assign(task=summary["task"], policy=summary["policy"],
+                                  seed=summary["seed"]))
+    summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS).sort_values(["task", "policy", "seed"])
+    return summary.reset_index(drop=True), pd.concat(metrics, ignore_index=True)
+
+
+def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per trace x policy x rule, per-iteration decisions of every trace: each
+    throughput.json needs its decisions.parquet beside it)."""
+    rows, decisions = [], []
+    layout = Layout(str(results_dir))
+    for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
+        trace = path.parent.name
+        for name, entry in read_json(path, "policies").items():
+            if not isinstance(entry, dict):
+                raise UserError(str(path), f"policies.{name}", "not an object")
+            rows.append({"trace": trace, "policy": name.split("/")[0],
+                         "rule": entry.get("rule") or "", **{
+                             k: entry.get(k) for k in THROUGHPUT_COLUMNS[3:]}})
+        dec = Path(layout.throughput(trace, "decisions.parquet"))
+        decisions.append(read_parquet(dec, DECISIONS).assign(trace=trace))
+    # With --rule both, a predictive policy appears under its default rule (plain name) and as
+    # <policy>/<rule> for each rule: keep one row per (trace, policy, rule).
+    table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS).drop_duplicates(["trace", "policy", "rule"])
+    table = table.sort_values(["trace", "policy", "rule"]).reset_index(drop=True)
+    return table, pd.concat(decisions, ignore_index=True)
+
+
+def load_traces(results_dir: Path) -> dict[str, np.ndarray]:
+    """Every trace's run-times, by the trace's name."""
+    layout = Layout(str(results_dir))
+    return {path.parent.name: read_parquet(path, ("runtime_s",))["runtime_s"].to_numpy()
+            for path in need(layout.find(layout.trace(ANY)), results_dir, "traces")}
+
+
+def time_unit(results_dir: Path, trace: str) -> str:
+    """The run-time unit of a trace, from its test part's metadata ("s" when it has none)."""
+    test = Path(Layout(str(results_dir)).trace(trace, "test"))
+    if not test.is_file():
+        return "s"
+    try:
+        raw = (pq.read_schema(test).metadata or {}).get(META_KEY)
+        meta = json.loads(raw) if raw else {}
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(str(test), "-", f"damaged: not a Parquet trace ({reason})") from None
+    return str(meta.get("time_unit", "s")) if isinstance(meta, dict) else "s"
+
+
+def load_predictions(results_dir: Path) -> list[tuple[str, pd.DataFrame, str]]:
+    """(trace, its model's held-out predictions, the trace's time unit) for every model."""
+    layout = Layout(str(results_dir))
+    paths = need(layout.find(layout.model(ANY, "predictions.parquet")), results_dir,
+                 "model predictions")
+    return [(path.parent.name, read_parquet(path, PREDICTIONS),
+             time_unit(results_dir, path.parent.name)) for path in paths]
