@@ -19,8 +19,10 @@ from pathlib import Path
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "sinfo", "srun", "scancel", "sacct")
 # Finished jobs stay visible to squeue this long: the slurm executor's status queries without
-# accounting need it to be at least 3 x its init-seconds-before-status-checks (and >= 120 s).
-MIN_JOB_AGE_S = 300
+# accounting need it to be at least 3 x its init-seconds-before-status-checks (and >= 120 s), and
+# run_on_slurm asks, after a run, for the state of every job it submitted: longer than a run may
+# take (MAX_RUN_S, plus a minute before its timeout).
+MIN_JOB_AGE_S = 1200
 
 
 # The PATH at import (before a test puts the clients of bin/ first), with Debian's /usr/sbin, where
