@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,7 +47,8 @@ class Background:
     def config(self) -> tuple[Path, dict]:
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="bdsgd-session-"))
-            self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bdsgd-session")
+            self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bdsgd-session",
+                                           initializer=_yield_to_the_tests)
             # the runs' environment: this one before any test changes it (monkeypatch.setenv)
             self.environ = dict(os.environ)
             (self.root / "tiny.yaml").write_text(yaml.safe_dump(tiny_dag_config()))
@@ -77,6 +80,14 @@ class Background:
 
 
 BACKGROUND = Background()
+
+
+def _yield_to_the_tests() -> None:
+    """Lower this background thread's priority, and so its subprocesses' (they inherit it): the
+    runs take the CPU the tests leave, and slow no test down. Linux sets a thread's niceness
+    alone; elsewhere it would be the whole process's: left as it is."""
+    if sys.platform == "linux":
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 def _reads_a_run(item: pytest.Item) -> bool:

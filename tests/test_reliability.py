@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from helpers import REPO
+from tests.helpers import REPO
 
 # class -> (test module, the matrix tests of that class in it)
 CLASSES = {
