@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from bdsgd import flags
 from bdsgd.config import TASKS
-from bdsgd.errors import UserError, run_entry_point
+from bdsgd.errors import UserError, reader_left, run_entry_point
 from bdsgd.io import check_output
 from bdsgd.policies import RULES, SPECS
 
@@ -385,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = run_entry_point(lambda: args.func(args))
         sys.stdout.flush()
-    except BrokenPipeError:  # the reader left (`... | head -1`): quietly, as Python's docs say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:
+        reader_left()
         return 1
     return code
 

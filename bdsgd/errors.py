@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -82,6 +83,18 @@ class _Stdout(logging.StreamHandler):
     @property
     def stream(self):
         return sys.stdout
+
+    def handleError(self, record):
+        if isinstance(sys.exc_info()[1], BrokenPipeError):  # the reader left: the run goes on
+            reader_left()
+        else:
+            super().handleError(record)
+
+
+def reader_left() -> None:
+    """The reader of stdout went away (``... | head -1``): send the rest of stdout to
+    /dev/null, so neither later messages nor the flush at exit fail (as Python's docs say)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class _Stderr(_Stdout):

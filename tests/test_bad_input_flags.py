@@ -434,3 +434,16 @@ def test_a_reader_that_leaves_early_is_no_traceback(ws):
         proc.stdout.close()
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 1 and err == "", err
+
+
+def test_messages_to_a_reader_that_left_do_not_stop_the_run(ws, tmp_path):
+    """`bdsgd model train T --out M | head -1`: its progress lines go nowhere, the model is
+    trained all the same, and nothing is said about the pipe (stderr holds the progress bar)."""
+    model = tmp_path / "model.pt"
+    with subprocess.Popen([sys.executable, "-m", "bdsgd", "model", "train", ws["trace"], "--out",
+                           model, "--epochs", "2"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, cwd=REPO) as proc:
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0 and "Error" not in err and "Traceback" not in err, err
+    assert model.is_file()

@@ -21,7 +21,8 @@ import yaml
 from bdsgd.cli import main
 from bdsgd.devices import select_device
 from bdsgd.distributed.ps import Round
-from bdsgd.traces.io import read_trace
+from bdsgd.traces.io import read_trace, write_trace
+from bdsgd.traces.schema import from_arrays
 from tests.helpers import REPO, run_cli
 
 WORKERS = 3
@@ -100,6 +101,7 @@ def test_cutting_an_injected_straggler_is_faster_in_wall_time(straggler):
     assert sync["gradients"] == 30 * WORKERS and static["gradients"] == 30 * (WORKERS - 1)
     metrics = pd.read_parquet(static["metrics"])
     assert (metrics["cutoff"] == WORKERS - 1).all() and metrics["test_accuracy"].notna().any()
+    assert static["threads"] >= 1 and static["decision_latency_p50_s"] > 0
 
 
 @pytest.mark.slow
@@ -138,6 +140,22 @@ def test_bad_flags_are_one_line_errors(tmp_path, config, capsys):
                          (("--policy", "bdsgd"), "--model")):
         err = refused(tmp_path, config, capsys, "--policy", "sync", "--iterations", "2", *flags)
         assert err.count("\n") == 1 and field in err, err
+
+
+def test_a_delay_trace_that_does_not_fit_is_refused_before_any_process(tmp_path, config, capsys):
+    """--delay-trace of 2 workers for 3, or one with a censored value: one line naming the file
+    and the field, before the job starts."""
+    two = tmp_path / "two.parquet"
+    write_trace(from_arrays(np.ones((5, 2)), {"source": "test"}), two)
+    sync = ("--policy", "sync", "--iterations", "2", "--delay-trace")
+    err = refused(tmp_path, config, capsys, *sync, str(two))
+    assert err.count("\n") == 1 and f"{two}: workers:" in err, err
+    censored = tmp_path / "censored.parquet"
+    cut = np.zeros((5, WORKERS), dtype=bool)
+    cut[2, 1] = True
+    write_trace(from_arrays(np.ones((5, WORKERS)), {"source": "test"}, censored=cut), censored)
+    err = refused(tmp_path, config, capsys, *sync, str(censored))
+    assert err.count("\n") == 1 and str(censored) in err, err
 
 
 def test_ranks_take_the_nodes_gpus_in_turn(monkeypatch):

@@ -50,6 +50,8 @@ FAULTS = {
     "test_a_killed_job_resumes_from_the_servers_checkpoint",
     "SIGKILL of a distributed worker": "test_distributed.py::"
     "test_a_killed_worker_is_censored_and_training_goes_on",
+    "Ctrl-C of a Snakemake run while a convergence run trains": "test_workflow.py::"
+    "test_an_interrupted_dag_resumes_its_runs_instead_of_redoing_them",
 }
 
 

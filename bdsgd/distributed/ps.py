@@ -309,6 +309,7 @@ class ParameterServer:
             "dead_workers": self.dead, "stale_discarded": self.stale,
             "censored_fraction": float(self.censored.mean()),
             "decision_latency_p50_s": float(metrics["decision_s"].median()),
+            "threads": torch.get_num_threads(),  # the server's, under which decisions were timed
             "heartbeat_check_s": self.heartbeat_s, "device": str(self.device),
             "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
             "metrics": str(metrics_path), "trace": str(trace_path),
