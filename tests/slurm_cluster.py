@@ -198,15 +198,15 @@ MEM_KEYS = ("simulate_mem_mb", "gather_mem_mb", "model_mem_mb", "throughput_mem_
             "train_mem_mb", "distributed_mem_mb")
 STRAGGLER = {"workers": 1, "policy": "static", "iterations": 30, "delay_s": 0.02,
              "inject_straggler": "0:5"}
-# Status polling for a test: the first check 2 s after a submission, not 40 (the profiles' values
-# suit a cluster with hundreds of jobs); outputs are on this machine's disk: no latency to wait.
-FAST = ("--latency-wait", "5")
+# Status polling for a test: the first check 2 s after a submission, not 40, and then every 2 s,
+# not 10 or 30 (the profiles' values suit a cluster with hundreds of jobs); outputs are on this
+# machine's disk: no latency to wait.
+FAST = ("--latency-wait", "5", "--seconds-between-status-checks", "2")
 # profile -> its flags for a test, and how its output names a submitted job's SLURM id
 PROFILES = {
     "slurm": ((*FAST, "--slurm-init-seconds-before-status-checks", "2"),
               r"has been submitted with SLURM jobid (\d+)"),
-    "cluster-generic": ((*FAST, "--seconds-between-status-checks", "2"),
-                        r"with external jobid '(\d+)'"),
+    "cluster-generic": (FAST, r"with external jobid '(\d+)'"),
 }
 MAX_RUN_S = 600
 
