@@ -152,9 +152,8 @@ def cmd_model_evaluate(args):
         check_output(flag, out, inputs=(args.model, args.trace, args.config))
     cfg = load_stage_config(args.config, "evaluate_model") if args.config else None
     rule = args.rule or (cfg or default_config()).policies.rule
-    result, predictions = evaluate_model(
-        load_model(args.model), read_trace(args.trace), rule=rule, seed=args.seed,
-        comm_s=cfg.throughput.comm_s if cfg else 0.0, cfg=cfg, model_path=args.model)
+    result, predictions = evaluate_model(load_model(args.model), read_trace(args.trace), rule=rule,
+                                         seed=args.seed, cfg=cfg, model_path=args.model)
     if args.json:
         write_json(args.json, {**result, "provenance": stamp(cfg, args.seed, model=args.model,
                                                               trace=args.trace)})
@@ -177,13 +176,14 @@ def cmd_throughput(args):
     from bdsgd.stages import load_stage_config
     from bdsgd.throughput import run_benchmark
 
-    for flag, out in (("--json", args.json), ("--decisions", args.decisions)):
+    for flag, out in (("--json", args.json), ("--decisions", args.decisions),
+                      ("--comm-sweep", args.comm_sweep)):
         check_output(flag, out, inputs=(args.trace, args.model, args.config, args.history))
     cfg = load_stage_config(args.config, "throughput") if args.config else None
     run_benchmark(trace_path=args.trace, policies=[p for p in args.policies.split(",") if p],
                   model_path=args.model, rule=args.rule, comm_s=args.comm_s, json_out=args.json,
                   decisions_out=args.decisions, cfg=cfg, seed=args.seed,
-                  history_path=args.history, threads=args.threads)
+                  history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep)
 
 
 def cmd_train(args):
@@ -306,11 +306,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decision rule of the predictive policies (default: the config's policies.rule); "
                         "'both' reports each policy under each rule")
     p.add_argument("--comm-s", type=flags.non_negative_float, default=None,
-                   help="communication time added to every iteration (default: the config's, else 0)")
+                   help="communication time added to every iteration under network.topology "
+                        "constant (default: the config's throughput.comm_s, else 0)")
     p.add_argument("--config", help="experiment config; its policies: section sets their parameters")
     p.add_argument("--seed", type=flags.seed, default=None, help="seed of randomised policies")
     p.add_argument("--json", required=True, help="throughput table to write (JSON)")
     p.add_argument("--decisions", help="per-iteration decisions to write (Parquet)")
+    p.add_argument("--comm-sweep", metavar="CSV",
+                   help="also replay every cutoff policy on networks from negligible to dominant "
+                        "communication (throughput.comm_ratios; single, sharded server and ring) "
+                        "and write the table (CSV)")
     p.add_argument("--history", metavar="TRACE",
                    help="the same run's earlier iterations (e.g. the training part): policies "
                         "that learn from observations see them first, instead of starting cold")

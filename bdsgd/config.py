@@ -115,6 +115,17 @@ class PoliciesConfig:
 class ThroughputConfig:
     policies: tuple[str, ...]
     comm_s: float
+    comm_ratios: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    topology: str
+    shards: int
+    bandwidth_gbit_s: float
+    latency_s: float
+    late: str
+    task: str
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,8 @@ class TrainConfig:
     chunk_samples: int
     checkpoint_every: int
     target_accuracy: dict[str, float]
+    clock: str
+    gradient_s: float | None
     charge_decision_time: bool
     device: str
     threads: int
@@ -197,6 +210,7 @@ class Config:
     model: ModelConfig
     policies: PoliciesConfig
     throughput: ThroughputConfig
+    network: NetworkConfig
     train: TrainConfig | None  # None in a stage's config that reads nothing of it (see the schema)
     wandb: WandbConfig
     resources: ResourcesConfig
@@ -300,6 +314,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         model=_sub(ModelConfig, data["model"]),
         policies=_sub(PoliciesConfig, data["policies"]),
         throughput=_sub(ThroughputConfig, data["throughput"]),
+        network=_sub(NetworkConfig, data["network"]),
         train=None if train is None else _sub(TrainConfig, train),
         wandb=_sub(WandbConfig, data["wandb"]),
         resources=_sub(ResourcesConfig, data["resources"]),

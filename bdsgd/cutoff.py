@@ -2,19 +2,24 @@
 sequence of cutoffs, and the hindsight optima (what a policy that knew every run-time in advance
 would do). Traces, policies and every trainer share these; this module imports nothing of bdsgd.
 
-An iteration with cutoff c_t lasts x_t,(c_t) + comm (the c_t-th smallest run-time plus the
-communication time). The server sees the accepted workers' run-times and, for the rest, only
-that they ran longer than tau_t = x_t,(c_t) (censored): ``observation`` builds that view, and
-no policy ever receives a censored value.
+An iteration with cutoff c_t lasts x_t,(c_t) + comm(c_t) (the c_t-th smallest run-time plus the
+communication time of that cutoff: ``bdsgd.network``; ``comm`` is a number, the same for every
+c, or an array of comm(c) for c = 1..n). The server sees the accepted workers' run-times and,
+for the rest, only that they ran longer than tau_t = x_t,(c_t) (censored): ``observation`` builds
+that view, and no policy ever receives a censored value.
 
-Throughput of a cutoff sequence (c_t) on run-times x: R(c) = sum_t c_t / sum_t (x_t,(c_t) + comm).
+Throughput of a cutoff sequence (c_t) on run-times x: R(c) = sum_t c_t / sum_t (x_t,(c_t) +
+comm(c_t)).
 
 ``hindsight_optimum`` maximises R exactly. A ratio of sums is not maximised term by term, so it
 uses Dinkelbach's method: for a rate lambda pick, per iteration, c_t = argmax_c c - lambda (x_t,(c)
-+ comm), set lambda to the throughput of that sequence, and repeat. Each step increases lambda
++ comm(c)), set lambda to the throughput of that sequence, and repeat. Each step increases lambda
 and the sequence of choices is finite, so it stops at the exact optimum (in a handful of steps).
+It is exact where iterations do not depend on each other, as when late workers abandon their
+work; where they finish it (``bdsgd.clock``) a cut now delays a worker later, and the optimum of
+independent iterations is a reference rather than a bound.
 
-``myopic_optimum`` is the per-iteration argmax of c / (x_t,(c) + comm) with perfect foresight:
+``myopic_optimum`` is the per-iteration argmax of c / (x_t,(c) + comm(c)) with perfect foresight:
 what the paper's ratio rule would do with a perfect model. It is a reference, not an upper bound.
 """
 
@@ -33,11 +38,20 @@ class Observation:
     cutoff: int  # c_t, the number of gradients accepted
     runtimes: np.ndarray  # (n,) run-time of each accepted worker; NaN for the censored ones
     cutoff_time: float  # tau_t: censored workers ran longer than this
-    comm_s: float = 0.0  # communication time charged to the iteration
+    comm_s: float = 0.0  # communication time charged to the iteration: comm(c_t)
+    # (n,) the workers cut whose gradient still arrived before the next decision (late workers
+    # that finish, ``bdsgd.clock``): their run-times are in ``runtimes``, their gradients unused
+    late: np.ndarray | None = None
+
+    @property
+    def observed(self) -> np.ndarray:
+        """The workers whose run-time the server knows (the rest are censored at tau_t)."""
+        return ~np.isnan(self.runtimes)
 
     @property
     def accepted(self) -> np.ndarray:
-        return ~np.isnan(self.runtimes)
+        """The c_t workers whose gradients the iteration applies."""
+        return self.observed if self.late is None else self.observed & ~self.late
 
     @property
     def duration(self) -> float:
@@ -53,30 +67,38 @@ def observation(t: int, x: np.ndarray, c: int, comm_s: float) -> Observation:
                        comm_s=comm_s)
 
 
-def throughput(sorted_x: np.ndarray, cutoffs: np.ndarray, comm_s: float = 0.0) -> float:
-    """Accepted gradients per second: sum c_t / sum (x_t,(c_t) + comm)."""
+def comm_at(comm: float | np.ndarray, cutoffs) -> float | np.ndarray:
+    """comm(c) of each cutoff: ``comm`` itself if it is a number, else comm[c - 1]."""
+    comm = np.asarray(comm, dtype=float)
+    return comm if comm.ndim == 0 else comm[np.asarray(cutoffs) - 1]
+
+
+def throughput(sorted_x: np.ndarray, cutoffs: np.ndarray, comm: float | np.ndarray = 0.0) -> float:
+    """Accepted gradients per second: sum c_t / sum (x_t,(c_t) + comm(c_t))."""
     cutoffs = np.asarray(cutoffs)
-    durations = np.take_along_axis(sorted_x, cutoffs[:, None] - 1, axis=1)[:, 0] + comm_s
+    durations = (np.take_along_axis(sorted_x, cutoffs[:, None] - 1, axis=1)[:, 0]
+                 + comm_at(comm, cutoffs))
     return float(cutoffs.sum() / durations.sum())
 
 
-def hindsight_optimum(sorted_x: np.ndarray, comm_s: float = 0.0,
+def hindsight_optimum(sorted_x: np.ndarray, comm: float | np.ndarray = 0.0,
                       max_steps: int = 100) -> tuple[np.ndarray, float]:
-    """Exact max over cutoff sequences of sum c / sum x_(c) (Dinkelbach). Returns (c_t, rate)."""
+    """Exact max over cutoff sequences of sum c / sum (x_(c) + comm(c)) (Dinkelbach). Returns
+    (c_t, rate)."""
     c = np.arange(1, sorted_x.shape[1] + 1)
-    cost = sorted_x + comm_s
+    cost = sorted_x + comm
     cutoffs = np.full(sorted_x.shape[0], sorted_x.shape[1])  # start from sync
-    rate = throughput(sorted_x, cutoffs, comm_s)
+    rate = throughput(sorted_x, cutoffs, comm)
     for _ in range(max_steps):
         new = np.argmax(c - rate * cost, axis=1) + 1
-        new_rate = throughput(sorted_x, new, comm_s)
+        new_rate = throughput(sorted_x, new, comm)
         if new_rate <= rate * (1 + 1e-15):
             break
         cutoffs, rate = new, new_rate
     return cutoffs, rate
 
 
-def myopic_optimum(sorted_x: np.ndarray, comm_s: float = 0.0) -> np.ndarray:
-    """Per-iteration argmax of c / (x_(c) + comm), knowing the run-times."""
+def myopic_optimum(sorted_x: np.ndarray, comm: float | np.ndarray = 0.0) -> np.ndarray:
+    """Per-iteration argmax of c / (x_(c) + comm(c)), knowing the run-times."""
     c = np.arange(1, sorted_x.shape[1] + 1)
-    return np.argmax(c / (sorted_x + comm_s), axis=1) + 1
+    return np.argmax(c / (sorted_x + comm), axis=1) + 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bdsgd.clock import replay_network
 from bdsgd.config import Config, default_config
 from bdsgd.cutoff import hindsight_optimum, throughput
 from bdsgd.loop import replay
@@ -13,26 +14,29 @@ from bdsgd.policies.build import Inputs, build_policy
 from bdsgd.traces.schema import Trace
 
 
-def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0, comm_s: float = 0.0,
+def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0,
                    cfg: Config | None = None, model_path: str = "--model"
                    ) -> tuple[dict, pd.DataFrame]:
     """A trained run-time model on a held-out trace (``bdsgd model evaluate``): as a forecaster
     (``runtime_model.evaluate.forecast_metrics``, filtering on full observations) and in its
     real deployment, the ``bdsgd`` policy replaying the trace and filtering only on the censored
-    observations its own cutoffs produce, its throughput divided by the hindsight oracle's.
+    observations its own cutoffs produce, its throughput divided by the hindsight oracle's, on
+    the config's virtual clock (``bdsgd.clock.replay_network``, network.late).
     Returns the metrics (JSON-able) and the per-iteration predictions; ``threads``, torch's
     CPU threads in this process, under which ``decision_ms_p50`` was measured."""
     import torch
 
     from bdsgd.runtime_model.evaluate import forecast_metrics
 
+    cfg = cfg or default_config()
+    comm = replay_network(cfg).comm(trace.n_workers)
     result, predictions = forecast_metrics(model, trace, model.config.samples, seed)
-    policy = build_policy("bdsgd", cfg or default_config(), seed=seed, n_workers=trace.n_workers,
-                          trace=trace, inputs=Inputs(model, model_path), comm_s=comm_s, rule=rule)
-    run = replay(trace, policy, comm_s)
+    policy = build_policy("bdsgd", cfg, seed=seed, n_workers=trace.n_workers,
+                          trace=trace, inputs=Inputs(model, model_path), comm=comm, rule=rule)
+    run = replay(trace, policy, comm, cfg.network.late)
     sorted_x = np.sort(trace.runtimes, axis=1)
-    _, oracle_rate = hindsight_optimum(sorted_x, comm_s)
-    sync_rate = throughput(sorted_x, np.full(len(sorted_x), trace.n_workers), comm_s)
+    _, oracle_rate = hindsight_optimum(sorted_x, comm)
+    sync_rate = throughput(sorted_x, np.full(len(sorted_x), trace.n_workers), comm)
     result.update({
         "throughput_relative_to_oracle": run.gradients_per_s / oracle_rate,
         "throughput_gradients_per_s": run.gradients_per_s,

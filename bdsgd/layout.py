@@ -6,7 +6,7 @@ per job) and figures/<experiment>/::
     results/<experiment>/config.yaml, config/<stage>/<name>.yaml
     results/<experiment>/traces/<trace>/{trace,train,test}.parquet, <part>.truth.npz, describe.json
     results/<experiment>/models/<trace>/{model.pt,evaluation.json,predictions.parquet}
-    results/<experiment>/throughput/<trace>/{throughput.json,decisions.parquet}
+    results/<experiment>/throughput/<trace>/{throughput.json,decisions.parquet,comm_sweep.csv}
     results/<experiment>/runs/<task>/<policy>/seed<k>/{result.json,metrics.parquet,model.pt}
     results/<experiment>/distributed/<job>/result{.json,.metrics.parquet,.trace.parquet}
 

@@ -7,7 +7,8 @@ Every iteration of every trainer goes through ``Server.step``:
     policy.observe(obs_t)                    learn from what the server saw (censored view)
 
 ``run`` is what differs between trainers: trace replay and the virtual cluster read run-times
-from a trace row (``bdsgd.cutoff.observation``); a real parameter server waits for gradients.
+from a trace row through the virtual clock (``bdsgd.clock.SyncClock``: communication and late
+workers); a real parameter server waits for gradients.
 The policy's wall-clock work per iteration (``choose`` plus ``observe``: a model-based policy
 does its filtering in ``observe``) is measured here and nowhere else, so every trainer charges
 and reports the same overhead.
@@ -25,7 +26,8 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from bdsgd.cutoff import Observation, observation, throughput
+from bdsgd.clock import SyncClock
+from bdsgd.cutoff import Observation
 from bdsgd.policies.base import Policy
 from bdsgd.traces.io import require_complete
 from bdsgd.traces.schema import Trace
@@ -61,21 +63,21 @@ class Server:
         self.policy.observe(obs)
         return Step(obs, chose - start + perf_counter_ns() - observing)
 
-    def step_trace(self, t: int, runtimes: np.ndarray, comm_s: float) -> Step:
-        """An iteration whose run-times are known in advance (a trace row): the server sees the
-        c fastest and, for the rest, only the cutoff time."""
-        return self.step(lambda c: observation(t, runtimes, c, comm_s))
+    def step_trace(self, t: int, runtimes: np.ndarray, clock: SyncClock) -> Step:
+        """An iteration whose run-times are known in advance (a trace row), on the virtual
+        clock: the server sees the c first arrivals and, for the rest, only the cutoff time."""
+        return self.step(lambda c: clock.iteration(t, runtimes, c))
 
 
-def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], comm_s: float,
+def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], clock: SyncClock,
              after: Callable[[int], None] | None = None) -> None:
-    """Replay recorded iterations through a fresh policy (trace rows cycled), checking that it
-    chooses the recorded cutoffs again; ``after(t)`` shows it what else iteration t told it
-    (the trainer's gradient statistics)."""
+    """Replay recorded iterations through a fresh policy and clock (trace rows cycled), checking
+    that it chooses the recorded cutoffs again; ``after(t)`` shows it what else iteration t told
+    it (the trainer's gradient statistics)."""
     T, n = runtimes.shape
     server = Server(policy, n)
     for t, recorded in enumerate(cutoffs):
-        c = server.step_trace(t, runtimes[t % T], comm_s).obs.cutoff
+        c = server.step_trace(t, runtimes[t % T], clock).obs.cutoff
         if c != recorded:
             raise RuntimeError(f"policy {policy.name} chose c={c} at iteration {t + 1} on replay, "
                                f"but {recorded} before: it is not deterministic given its seed")
@@ -86,25 +88,25 @@ def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], comm_
 @dataclass(frozen=True)
 class Replay:
     cutoffs: np.ndarray  # (T,) c_t
-    durations: np.ndarray  # (T,) x_t,(c_t) + comm
-    cutoff_times: np.ndarray  # (T,) x_t,(c_t)
+    durations: np.ndarray  # (T,) tau_t + comm(c_t)
+    cutoff_times: np.ndarray  # (T,) tau_t: x_t,(c_t), late starts included
     decision_ns: np.ndarray  # (T,) wall-clock time of the policy's work per iteration
-    sorted_x: np.ndarray  # (T, n) the replayed run-times, sorted per iteration
-    comm_s: float
 
     @property
     def gradients_per_s(self) -> float:
-        return throughput(self.sorted_x, self.cutoffs, self.comm_s)
+        """sum c_t / sum duration_t (``bdsgd.cutoff.throughput`` where late workers abandon)."""
+        return float(self.cutoffs.sum() / self.durations.sum())
 
 
-def replay(trace: Trace, policy: Policy, comm_s: float = 0.0) -> Replay:
-    """Run ``policy`` over the trace, iteration by iteration, with censored feedback."""
+def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
+           late: str = "abandon") -> Replay:
+    """Run ``policy`` over the trace, iteration by iteration, with censored feedback, on the
+    virtual clock: ``comm`` per iteration or comm(c) for c = 1..n, late workers ``late``."""
     require_complete(trace, trace.file)
     T, n = trace.runtimes.shape
-    server = Server(policy, n)
-    steps = [server.step_trace(t, trace.runtimes[t], comm_s) for t in range(T)]
+    server, clock = Server(policy, n), SyncClock(np.broadcast_to(comm, (n,)), late)
+    steps = [server.step_trace(t, trace.runtimes[t], clock) for t in range(T)]
     return Replay(np.array([s.obs.cutoff for s in steps], dtype=np.int64),
                   np.array([s.obs.duration for s in steps]),
                   np.array([s.obs.cutoff_time for s in steps]),
-                  np.array([s.policy_ns for s in steps], dtype=np.int64),
-                  np.sort(trace.runtimes, axis=1), comm_s)
+                  np.array([s.policy_ns for s in steps], dtype=np.int64))

@@ -5,9 +5,13 @@ so a trace has one staleness whichever asks.
 Both depend on the trace alone (arrival times are running sums of each worker's column, never
 of the gradients), so each is computed whole, before any gradient is.
 
-**Asynchronous** (``async_schedule``). Worker w computes gradients back to back, its k-th taking
-x_{k mod T, w} + comm_s, and pulls the newest parameters the moment it delivers. Its k-th
-gradient arrives at a_{k,w} = sum_{i<=k} (x_{i mod T, w} + comm_s).
+**Asynchronous** (``async_schedule``). Worker w computes gradients back to back; its k-th takes
+x_{k mod T, w}, then it exchanges the gradient for the newest parameters: the push (the server's
+update) and its pull take e = ``exchange_s`` together, of which the server's link is busy
+l = ``link_s`` (``bdsgd.network``: l = 0 and e = comm_s under the constant topology). Pushes
+queue for the link in the order they are ready: a push ready at r starts at b = max(r, the link's
+free time), and the gradient arrives (is applied, and its worker starts its next one) at b + e.
+With l = 0 nobody queues: a_{k,w} = sum_{i<=k} (x_{i mod T, w} + e).
 
 **Tie rule**: arrivals are applied in order of (time, worker index). Gradients that arrive at
 the same instant are applied one after the other, and their workers pull after the instant's
@@ -16,11 +20,11 @@ own update (u - p for update u whose parameters were theta_p), so on a trace who
 are equally fast a round of n updates has staleness 0, 1, ..., n - 1.
 
 **Cyclic** (``cyclic_schedule``). A token visits the workers 0, 1, ..., n-1, 0, ...; a worker
-holding finished, unpushed gradients pushes their sum (the server applies it comm_s later; one
-push on the wire at a time), one without any is skipped at no cost, and when nobody has one the
-token waits for the next to finish. Each gradient starts on the newest parameters, those after
-every update applied by its start (an instant's updates included). With comm_s = 0 this is the
-asynchronous schedule update for update, staleness included.
+holding finished, unpushed gradients pushes their sum (the server applies it e = ``exchange_s``
+later; one push on the wire at a time), one without any is skipped at no cost, and when nobody
+has one the token waits for the next to finish. Each gradient starts on the newest parameters,
+those after every update applied by its start (an instant's updates included). With e = 0 this
+is the asynchronous schedule update for update, staleness included.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import heapq
 
 import numpy as np
 
@@ -36,11 +41,25 @@ import numpy as np
 MODES = ("async", "cyclic")
 
 
-def arrivals(runtimes: np.ndarray, comm_s: float, per_worker: int) -> np.ndarray:
-    """(per_worker, n): worker w's k-th gradient's arrival, sum_{i<=k} x_{i mod T, w} + comm_s."""
-    T, _ = runtimes.shape
+def arrivals(runtimes: np.ndarray, exchange_s: float, per_worker: int,
+             link_s: float = 0.0) -> np.ndarray:
+    """(per_worker, n): worker w's k-th gradient's arrival, its pushes queued for the link."""
+    T, n = runtimes.shape
     rows = np.arange(per_worker) % T
-    return np.cumsum(runtimes[rows] + comm_s, axis=0)
+    if link_s == 0:
+        return np.cumsum(runtimes[rows] + exchange_s, axis=0)
+    out = np.empty((per_worker, n))
+    ready = [(float(runtimes[0, w]), w, 0) for w in range(n)]  # (push ready, worker, k)
+    heapq.heapify(ready)
+    free = 0.0
+    while ready:  # the pushes in the order they are ready (ties by worker)
+        r, w, k = heapq.heappop(ready)
+        begin = max(r, free)
+        free = begin + link_s
+        out[k, w] = begin + exchange_s
+        if k + 1 < per_worker:
+            heapq.heappush(ready, (out[k, w] + float(runtimes[rows[k + 1], w]), w, k + 1))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,12 +73,13 @@ class AsyncSchedule:
                            # now pull the parameters
 
 
-def async_schedule(runtimes: np.ndarray, comm_s: float, n_updates: int) -> AsyncSchedule:
+def async_schedule(runtimes: np.ndarray, exchange_s: float, n_updates: int,
+                   link_s: float = 0.0) -> AsyncSchedule:
     """The first ``n_updates`` updates of asynchronous SGD on the trace (cycled)."""
     n = runtimes.shape[1]
     per_worker = -(-(n_updates + 1) // n)
     while True:  # enough arrivals that none left out could come before the (n_updates+1)-th
-        times = arrivals(runtimes, comm_s, per_worker)
+        times = arrivals(runtimes, exchange_s, per_worker, link_s)
         order = np.lexsort((np.broadcast_to(np.arange(n), times.shape).ravel(), times.ravel()))
         if times.ravel()[order[n_updates]] <= times[-1].min():
             break
@@ -75,13 +95,14 @@ def async_schedule(runtimes: np.ndarray, comm_s: float, n_updates: int) -> Async
                          np.arange(n_updates) - pulled_at, sorted_times[1:n_updates + 1] != arrival)
 
 
-def async_reference(runtimes: np.ndarray, comm_s: float = 0.0) -> dict[str, float]:
+def async_reference(runtimes: np.ndarray, exchange_s: float = 0.0,
+                    link_s: float = 0.0) -> dict[str, float]:
     """Asynchronous SGD over one pass of the trace, a throughput reference: the updates that
     arrive by the horizon H = min_w a_{T-1,w} (while every worker still has trace left), their
     rate and their staleness (``async_schedule``'s, tie rule included)."""
-    arrival = np.cumsum(runtimes + comm_s, axis=0)
+    arrival = arrivals(runtimes, exchange_s, len(runtimes), link_s)
     horizon = arrival[-1].min()
-    sched = async_schedule(runtimes, comm_s, int((arrival <= horizon).sum()))
+    sched = async_schedule(runtimes, exchange_s, int((arrival <= horizon).sum()), link_s)
     return {"gradients_per_s": float(len(sched.worker) / horizon),
             "mean_staleness": float(sched.staleness.mean()),
             "max_staleness": int(sched.staleness.max())}
@@ -111,7 +132,7 @@ class CyclicSchedule:
         return out
 
 
-def cyclic_schedule(runtimes: np.ndarray, comm_s: float, n_gradients: int) -> CyclicSchedule:
+def cyclic_schedule(runtimes: np.ndarray, exchange_s: float, n_gradients: int) -> CyclicSchedule:
     """The token's rounds on the trace (cycled) until n_gradients gradients are applied."""
     n = runtimes.shape[1]
     per_worker = n_gradients // n + 2
@@ -133,7 +154,7 @@ def cyclic_schedule(runtimes: np.ndarray, comm_s: float, n_gradients: int) -> Cy
             rows = [list(row) for row in arrivals(runtimes, 0.0, per_worker).T]
         done = bisect.bisect_right(rows[j], s)
         m = min(done - pushed[j], n_gradients - applied)
-        s += comm_s
+        s += exchange_s
         worker.append(j), at.append(s), first.append(pushed[j]), count.append(m)
         pushed[j] += m
         applied += m

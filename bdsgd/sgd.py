@@ -8,6 +8,8 @@ step through these, so "one update" means the same arithmetic on a real and a vi
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -31,6 +33,24 @@ def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,
         loss.backward()
         total += loss.detach()
     return total
+
+
+def time_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,
+                  device: torch.device, repeats: int = 5) -> float:
+    """Seconds one worker's gradient takes on ``device``: the median of ``repeats`` timed
+    forward and backward passes over its batch (x, y), after one untimed (allocation, kernel
+    selection). The model's parameters are untouched and its .grad cleared."""
+    def once() -> float:
+        start = time.perf_counter()
+        backward(model, x, y, chunk, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    model.train()
+    times = [once() for _ in range(repeats + 1)][1:]
+    model.zero_grad(set_to_none=True)
+    return float(np.median(times))
 
 
 def take_gradient(model: nn.Module) -> list:

@@ -22,10 +22,11 @@ STAGE_READS = {
     "simulate_trace": ("experiment", "traces", "seed"),  # bdsgd traces simulate
     "gather_trace": ("experiment", "traces", "seed", "train.data_dir"),  # bdsgd traces gather
     "train_model": ("experiment", "traces", "seed", "model", "wandb"),  # bdsgd model train
-    "evaluate_model": ("experiment", "traces", "policies", "throughput.comm_s"),  # model evaluate
+    "evaluate_model": ("experiment", "traces", "policies", "throughput.comm_s",
+                       "network"),  # model evaluate
     "throughput": ("experiment", "traces", "seed", "policies", "throughput.comm_s",
-                   "resources.throughput_threads"),
-    "train": ("experiment", "traces", "policies", "throughput.comm_s", "wandb", *_RUN),
+                   "throughput.comm_ratios", "network", "resources.throughput_threads"),
+    "train": ("experiment", "traces", "policies", "throughput.comm_s", "network", "wandb", *_RUN),
     "distributed": ("experiment", "traces", "policies", "wandb", *_RUN),  # bdsgd distributed
 }
 STAGE_FLAGS = {"gather_trace": ("train.data_dir",)}  # read, but given as a flag by its rule

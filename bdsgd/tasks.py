@@ -54,16 +54,15 @@ class Task:
         return torch.stack([x for x, _ in items]), torch.as_tensor([y for _, y in items])
 
 
-def _mlp(inputs: int, hidden: int, classes: int) -> Callable[[], nn.Module]:
-    return lambda: nn.Sequential(nn.Flatten(), nn.Linear(inputs, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, classes))
+def _mlp(classes: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, classes))
 
 
-def _lenet() -> nn.Module:
+def _lenet(classes: int) -> nn.Module:
     return nn.Sequential(
         nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, classes),
     )
 
 
@@ -71,13 +70,36 @@ def _group_norm(channels: int) -> nn.Module:
     return nn.GroupNorm(min(32, channels // 4), channels)
 
 
-def _small_vgg() -> nn.Module:
+def _small_vgg(classes: int) -> nn.Module:
     def block(cin, cout):
         return [nn.Conv2d(cin, cout, 3, padding=1), _group_norm(cout), nn.ReLU(),
                 nn.MaxPool2d(2)]
 
     return nn.Sequential(*block(3, 32), *block(32, 64), *block(64, 128), nn.Flatten(),
-                         nn.Linear(128 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, 10))
+                         nn.Linear(128 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, classes))
+
+
+def _resnet18(classes: int) -> nn.Module:
+    from torchvision import models
+
+    return models.resnet18(num_classes=classes, norm_layer=_group_norm)
+
+
+# Each task's network, given its number of classes, and that number where the data does not say
+# it (ImageNet's 1,000; an ImageNet-style folder has as many as it has class folders).
+NETWORKS: dict[str, Callable[[int], nn.Module]] = {
+    "digits": _mlp, "mnist": _lenet, "cifar10": _small_vgg, "imagenet": _resnet18}
+CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "imagenet": 1000}
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """Bytes of one gradient of ``model`` (as many as its trainable parameters)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def task_gradient_bytes(name: str) -> int:
+    """Bytes of one gradient of task ``name``'s network, without its data."""
+    return gradient_bytes(NETWORKS[name](CLASSES[name]))
 
 
 def _digits() -> Task:
@@ -90,7 +112,7 @@ def _digits() -> Task:
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(1234))
     test, train = perm[:360], perm[360:]
     return Task("digits", TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test]), 10,
-                _mlp(64, 64, 10))
+                lambda: _mlp(10))
 
 
 def _as_tensors(data: np.ndarray | torch.Tensor, targets, mean, std,
@@ -132,7 +154,8 @@ def _mnist(root: Path) -> Task:
         raise _missing(root / "MNIST" / "raw", "MNIST", MNIST_FILES, exc) from None
     stats = ((0.1307,), (0.3081,))
     return Task("mnist", _as_tensors(train.data, train.targets, *stats, channels_last=False),
-                _as_tensors(test.data, test.targets, *stats, channels_last=False), 10, _lenet)
+                _as_tensors(test.data, test.targets, *stats, channels_last=False), 10,
+                lambda: _lenet(10))
 
 
 def _cifar10(root: Path) -> Task:
@@ -144,11 +167,12 @@ def _cifar10(root: Path) -> Task:
         raise _missing(root / "cifar-10-batches-py", "CIFAR-10", CIFAR10_FILES, exc) from None
     stats = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
     return Task("cifar10", _as_tensors(train.data, train.targets, *stats, channels_last=True),
-                _as_tensors(test.data, test.targets, *stats, channels_last=True), 10, _small_vgg)
+                _as_tensors(test.data, test.targets, *stats, channels_last=True), 10,
+                lambda: _small_vgg(10))
 
 
 def _imagenet(root: Path) -> Task:
-    from torchvision import models, transforms
+    from torchvision import transforms
     from torchvision.datasets import ImageFolder
 
     normalize = transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -167,8 +191,7 @@ def _imagenet(root: Path) -> Task:
     if train.classes != test.classes:
         raise UserError(str(base / "val"), "train.data_dir", "val/ has other classes than train/")
     classes = len(train.classes)
-    return Task("imagenet", train, test, classes,
-                lambda: models.resnet18(num_classes=classes, norm_layer=_group_norm))
+    return Task("imagenet", train, test, classes, lambda: _resnet18(classes))
 
 
 def load_task(name: str, data_dir: str | Path) -> Task:

@@ -1,32 +1,44 @@
 """The throughput stage: every policy replayed over a trace, against the hindsight optimum.
 
 At iteration t the policy picks c_t before seeing anything of it; the iteration lasts
-x_t,(c_t) + comm; the policy then observes the accepted workers' run-times and, for the rest,
-only the cutoff time (censored). The loop is the server's (``bdsgd.loop.replay``).
+tau_t + comm(c_t) on the virtual clock (``bdsgd.clock``: the network model's communication, the
+config's late workers; the trace's run-times taken as seconds); the policy then observes the
+accepted workers' run-times and, for the rest, only the cutoff time (censored). The loop is the
+server's (``bdsgd.loop.replay``).
 
-Throughput = sum_t c_t / sum_t (x_t,(c_t) + comm), computed by ``bdsgd.cutoff.throughput``
-and nowhere else. ``run_benchmark`` (``bdsgd throughput``) replays every policy and writes the
-table, relative to the exact hindsight optimum, and the per-iteration decisions. The ``async``
-row is the asynchronous schedule's (``bdsgd.schedules.async_reference``), the one the async
-trainer runs. The replay runs on ``threads`` torch threads (``resources.throughput_threads``, the
-rule's Snakemake threads, unless ``--threads`` says otherwise), and the table records the count
-beside the decision latencies it measured under it: torch on every core of a shared machine
-made bdsgd's decision 20x slower than on one.
+Throughput = sum_t c_t / sum_t (tau_t + comm(c_t)). ``run_benchmark`` (``bdsgd throughput``)
+replays every policy and writes the table, relative to the exact hindsight optimum, and the
+per-iteration decisions. The ``async`` row is the asynchronous schedule's
+(``bdsgd.schedules.async_reference``), the one the async trainer runs. The replay runs on
+``threads`` torch threads (``resources.throughput_threads``, the rule's Snakemake threads, unless
+``--threads`` says otherwise), and the table records the count beside the decision latencies it
+measured under it: torch on every core of a shared machine made bdsgd's decision 20x slower
+than on one.
+
+``comm_sweep`` replays the policies again on networks from negligible to dominant
+communication, for a single server, a sharded one and a ring: the ratio rho of the time a
+single server's link needs for a whole iteration (n gradients in, n copies out) to the trace's
+median run-time m sets G / B = rho m / (2 n); every topology moves the same bytes on the same
+links, with the config's latency.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bdsgd.clock import replay_network
 from bdsgd.config import default_config
-from bdsgd.cutoff import hindsight_optimum
+from bdsgd.cutoff import hindsight_optimum, throughput
 from bdsgd.errors import UserError
 from bdsgd.loop import Replay, replay
+from bdsgd.network import SERVERLESS, Network
 from bdsgd.policies import RULES, is_known, spec
 from bdsgd.policies.base import Policy
 from bdsgd.policies.build import build_policy, load_inputs
@@ -53,7 +65,7 @@ def _row(run: Replay, oracle_rate: float, rule: str | None, threads: int) -> dic
     }
 
 
-def _describe(trace: Trace, path: str, comm_s: float, oracle_rate: float) -> dict:
+def _describe(trace: Trace, path: str, net: Network, late: str, oracle_rate: float) -> dict:
     x = trace.runtimes
     return {
         "path": str(path), "n_iterations": trace.n_iterations, "n_workers": trace.n_workers,
@@ -61,21 +73,24 @@ def _describe(trace: Trace, path: str, comm_s: float, oracle_rate: float) -> dic
         "runtime_mean": float(x.mean()), "runtime_median": float(np.median(x)),
         "runtime_cv": float(x.std() / x.mean()),
         "straggler_ratio_mean": float((x.max(axis=1) / np.median(x, axis=1)).mean()),
-        "comm_s": comm_s, "oracle_gradients_per_s": oracle_rate,
+        "comm_s": float(net.comm(trace.n_workers)[-1]),  # comm(n), a synchronous iteration's
+        "network": dataclasses.asdict(net), "late": late, "oracle_gradients_per_s": oracle_rate,
     }
 
 
 def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
-                  seed: int | None = None, history_path=None, threads: int | None = None) -> dict:
-    """Replay ``trace_path`` under every policy; write the table (JSON) and decisions (Parquet).
+                  seed: int | None = None, history_path=None, threads: int | None = None,
+                  sweep_out=None) -> dict:
+    """Replay ``trace_path`` under every policy; write the table (JSON), the decisions (Parquet)
+    and, given ``sweep_out``, the communication sweep (CSV, ``comm_sweep``).
 
     ``rule`` None takes the config's; "both" adds rows ``<policy>/ratio`` and ``<policy>/rate``
     for each predictive policy, the plain name being the config's rule. ``history_path``: the
     iterations of the same run before the replayed ones (the training part), which every policy
     that learns from observations sees first (``warm_up``); without it they all start cold.
     ``threads``: torch's CPU threads for the replay, the process's restored after (None: the
-    config's ``resources.throughput_threads``).
+    config's ``resources.throughput_threads``). ``comm_s`` None: the config's.
     """
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
@@ -90,7 +105,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     if rule not in (None, "both", *RULES):
         raise UserError("--rule", rule, f"choose from {RULES} or 'both'")
     default_rule = pcfg.rule if rule in (None, "both") else rule
-    comm_s = resolved.throughput.comm_s if comm_s is None else comm_s
+    net = replay_network(resolved, comm_s)
+    late = resolved.network.late
     seed = resolved.seed if seed is None else seed
     threads = resolved.resources.throughput_threads if threads is None else threads
     if threads < 1:
@@ -99,18 +115,24 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
     require_cutoff(trace, trace_path)
+    if "async" in policies and net.topology in SERVERLESS:
+        raise UserError(resolved.source, "network.topology", f"{net.topology} has no server for "
+                        f"the async reference to push to: choose ps, sharded or constant")
     inputs = load_inputs([p for p in policies if p != "async"], trace_path, model_path)
     history = read_history(history_path, trace, trace_path)
 
-    sorted_x = np.sort(trace.runtimes, axis=1)
-    _, oracle_rate = hindsight_optimum(sorted_x, comm_s)
+    comm = net.comm(trace.n_workers)
+    _, oracle_rate = hindsight_optimum(np.sort(trace.runtimes, axis=1), comm)
     runs: dict[tuple[str, str | None], tuple[Replay, Policy]] = {}
+
+    def replayed(name: str, r: str | None, comm: np.ndarray) -> tuple[Replay, Policy]:
+        policy = build_policy(name, resolved, seed=seed, n_workers=trace.n_workers, trace=trace,
+                              inputs=inputs, history=history, comm=comm, rule=r)
+        return replay(trace, policy, comm, late), policy
 
     def run(name: str, r: str | None) -> tuple[Replay, Policy]:
         if (name, r) not in runs:
-            policy = build_policy(name, resolved, seed=seed, n_workers=trace.n_workers, trace=trace,
-                                  inputs=inputs, history=history, comm_s=comm_s, rule=r)
-            runs[name, r] = replay(trace, policy, comm_s), policy
+            runs[name, r] = replayed(name, r, comm)
         return runs[name, r]
 
     def row(name: str, r: str | None) -> dict:
@@ -128,7 +150,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     with torch_threads(threads):
         for name in policies:
             if name == "async":
-                table[name] = {**async_reference(trace.runtimes, comm_s), "mean_cutoff": 1.0,
+                table[name] = {**async_reference(trace.runtimes, net.exchange_s, net.link_s),
+                               "mean_cutoff": 1.0,
                                "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
                                "threads": threads, "rule": None,
                                "note": "reference: applies every gradient, one at a time, "
@@ -142,9 +165,13 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
                 table[name] = dict(table[f"{name}/{default_rule}"])
             else:
                 table[name] = row(name, default_rule)
+        if sweep_out:
+            cutoff_policies = [p for p in policies if p != "async"]
+            sweep = comm_sweep(trace, resolved, cutoff_policies, default_rule,
+                               lambda name, r, c: replayed(name, r, c)[0])
 
     result = {"policies": table, "default_rule": default_rule, "threads": threads,
-              "trace": _describe(trace, trace_path, comm_s, oracle_rate),
+              "trace": _describe(trace, trace_path, net, late, oracle_rate),
               "history": None if history is None else {
                   "path": str(history_path), "n_iterations": history.n_iterations},
               "provenance": stamp(cfg, seed, policies_config=dataclasses.asdict(pcfg))}
@@ -153,8 +180,42 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     if decisions_out:
         decisions = _decisions(table, runs, trace, policies, default_rule, rule)
         write_with(decisions_out, lambda tmp: pq.write_table(decisions, tmp))
+    if sweep_out:
+        write_with(sweep_out, lambda tmp: sweep.to_csv(tmp, index=False, float_format="%.6g"))
     logger.info(format_table(result))
     return result
+
+
+SWEEP_TOPOLOGIES = ("ps", "sharded", "ring")
+
+
+def comm_sweep(trace: Trace, cfg, policies: list[str], rule: str,
+               replayed: Callable[[str, str | None, np.ndarray], Replay]) -> pd.DataFrame:
+    """Every cutoff policy (under ``rule``) and the hindsight optimum, for each ratio of
+    throughput.comm_ratios and each topology of ``SWEEP_TOPOLOGIES``: one row each (ratio,
+    topology, policy, gradients_per_s, relative_to_oracle, relative_to_sync, mean_cutoff).
+    ``replayed(name, rule, comm)`` replays one policy on comm(c)."""
+    n, m = trace.n_workers, float(np.median(trace.runtimes))
+    sorted_x, rows = np.sort(trace.runtimes, axis=1), []
+    for ratio in cfg.throughput.comm_ratios:
+        for topology in SWEEP_TOPOLOGIES:
+            # G / B = ratio m / (2 n): a single server's link needs ratio x m for n + n transfers
+            net = Network(topology, 0.0, ratio * m / (2 * n), 1.0, cfg.network.latency_s,
+                          cfg.network.shards)
+            comm = net.comm(n)
+            best, oracle = hindsight_optimum(sorted_x, comm)
+            sync = throughput(sorted_x, np.full(len(sorted_x), n), comm)
+            rates = {"oracle": (oracle, float(best.mean()))}
+            for name in policies:
+                if name == "oracle":
+                    continue
+                run = replayed(name, rule if spec(name).predictive else None, comm)
+                rates[name] = (run.gradients_per_s, float(run.cutoffs.mean()))
+            rows += [{"ratio": ratio, "topology": topology, "policy": name,
+                      "gradients_per_s": rate, "relative_to_oracle": rate / oracle,
+                      "relative_to_sync": rate / sync, "mean_cutoff": c}
+                     for name, (rate, c) in rates.items()]
+    return pd.DataFrame(rows)
 
 
 def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], default_rule: str,

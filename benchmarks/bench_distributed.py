@@ -268,7 +268,7 @@ def virtual(name: str, trace, cfg, n: int, batch: int, comm_s: float = 0.0):
 
     censored = int(trace.censored.sum())
     complete = dataclasses.replace(trace, censored=np.zeros_like(trace.censored))
-    policy = make_policy(name, n, cfg.policies, seed=0, comm_s=comm_s, objective="throughput",
+    policy = make_policy(name, n, cfg.policies, seed=0, comm=comm_s, objective="throughput",
                          batch=batch, lr_scaling=cfg.training().lr_scaling)
     return replay(complete, policy, comm_s), censored
 

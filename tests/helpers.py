@@ -131,14 +131,14 @@ N_WORKERS, T_ROWS = 6, 12
 STALENESS = ("mean_staleness", "max_staleness", "staleness_p50", "staleness_p90")
 
 
-def make_cfg(wandb_mode="disabled", static_backups=2, comm_s=0.05, **train):
+def make_cfg(wandb_mode="disabled", static_backups=2, comm_s=0.05, network=None, **train):
     from bdsgd.config import from_dict
 
     base = {"trace": "t", "tasks": ["digits"], "max_iterations": 30, "eval_every": 5,
             "batch_size": 8, "learning_rate": 0.1, "checkpoint_every": 10}
     return from_dict({"experiment": "test", "traces": {"t": {"source": "simulate"}},
                       "policies": {"static_backups": static_backups},
-                      "throughput": {"comm_s": comm_s},
+                      "throughput": {"comm_s": comm_s}, "network": network or {},
                       "train": {**base, **train}, "wandb": {"mode": wandb_mode}})
 
 
@@ -277,7 +277,8 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
         bdsgd("throughput", paths.trace(name, "test"), "--policies", ",".join(throughput),
               *model, "--rule", "both", "--history", paths.trace(name, "train"),
               "--config", config, "--json", paths.throughput(name),
-              "--decisions", paths.throughput(name, "decisions.parquet"))
+              "--decisions", paths.throughput(name, "decisions.parquet"),
+              "--comm-sweep", paths.throughput(name, "comm_sweep.csv"))
     train = cfg["train"]
     for task in train["tasks"]:
         for policy in train["policies"]:

@@ -550,6 +550,10 @@ def results_folder(root: Path) -> Path:
     pd.DataFrame([{"policy": p, "iteration": t, "cutoff": 1 + t % 3}
                   for p in ("sync", "static", "oracle") for t in range(10)]).to_parquet(
         results / "throughput/sim/decisions.parquet")
+    pd.DataFrame([{"ratio": 0.1, "topology": "ps", "policy": p, "gradients_per_s": 3.0,
+                   "relative_to_oracle": 0.9, "relative_to_sync": 1.0, "mean_cutoff": 2.0}
+                  for p in ("sync", "oracle")]).to_csv(results / "throughput/sim/comm_sweep.csv",
+                                                       index=False)
     pd.DataFrame([{"order": c, "iteration": t, "predicted_mean": 1.0 + c, "lo90": 0.5 + c,
                    "hi90": 1.5 + c, "realised": 1.0 + c} for c in (2, 3) for t in range(8)]
                  ).to_parquet(results / "models/sim/predictions.parquet")
@@ -616,6 +620,10 @@ RESULTS = {
     "decisions damaged": ("throughput/sim/decisions.parquet", _garbage, "-"),
     "decisions without cutoff": ("throughput/sim/decisions.parquet",
                                  _rewrite_parquet(lambda f: f.drop(columns="cutoff")), "cutoff"),
+    "comm sweep missing": ("throughput/sim/comm_sweep.csv", _unlink, "-"),
+    "comm sweep not a table of the sweep": ("throughput/sim/comm_sweep.csv", _garbage, "ratio"),
+    "comm sweep without rows": ("throughput/sim/comm_sweep.csv",
+                                lambda p: p.write_text(p.read_text().splitlines()[0] + "\n"), "-"),
     "trace damaged": ("traces/sim/trace.parquet", _garbage, "-"),
     "trace without runtime_s": ("traces/sim/trace.parquet",
                                 _rewrite_parquet(lambda f: f.drop(columns="runtime_s")),

@@ -86,6 +86,12 @@ def results(tmp_path_factory) -> Path:
     pd.DataFrame([{"policy": p, "iteration": t, "cutoff": 1 + (t + i) % N_WORKERS}
                   for i, p in enumerate(policies) for t in range(40)]).to_parquet(
         results / "throughput/sim/decisions.parquet")
+    pd.DataFrame([{"ratio": ratio, "topology": topology, "policy": p, "gradients_per_s": 3.0,
+                   "relative_to_oracle": 0.9, "relative_to_sync": 1.1 - ratio / 10,
+                   "mean_cutoff": 3.0}
+                  for ratio in (0.1, 1.0) for topology in ("ps", "sharded", "ring")
+                  for p in ("sync", "bdsgd", "oracle")]).to_csv(
+        results / "throughput/sim/comm_sweep.csv", index=False)
     pd.DataFrame([{"order": c, "iteration": t, "predicted_mean": 1.0 + c, "lo90": 0.5 + c,
                    "hi90": 1.5 + c, "realised": 1.0 + c + 0.1 * t % 1}
                   for c in (2, 4) for t in range(20)]).to_parquet(

@@ -37,7 +37,7 @@ CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bds
 
 
 def build(name, n, runtimes, rule="rate", seed=0, cfg=CFG, comm_s=0.0):
-    return make_policy(name, n, cfg, rule=rule, seed=seed, comm_s=comm_s, runtimes=runtimes,
+    return make_policy(name, n, cfg, rule=rule, seed=seed, comm=comm_s, runtimes=runtimes,
                        model=FakeModel(), truth=Regimes(n))
 
 
@@ -164,7 +164,7 @@ def test_decision_rules():
     assert decide(expected, "ratio", None) == 1
     assert decide(expected, "rate", None) == 1  # nothing achieved yet: falls back to ratio
     assert decide(expected, "rate", 4 / 13.5) == 2  # 2 - 0.3 * 3 > 1 - 0.3 * 1
-    assert decide(expected, "ratio", None, comm_s=10.0) == 2
+    assert decide(expected, "ratio", None, comm=10.0) == 2
     with pytest.raises(ValueError):
         decide(expected, "greedy", None)
 

@@ -6,6 +6,7 @@ import sys
 import types
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -36,7 +37,7 @@ def test_async_reference_by_hand():
     # worker 1's first gradient saw two updates (at 1 and 2) while it computed.
     result = async_reference(np.array([[1.0, 2.0]] * 3))
     assert result == {"gradients_per_s": 4 / 3, "mean_staleness": 0.5, "max_staleness": 2}
-    assert async_reference(np.array([[1.0, 2.0]] * 3), comm_s=1.0)["gradients_per_s"] == 5 / 6
+    assert async_reference(np.array([[1.0, 2.0]] * 3), exchange_s=1.0)["gradients_per_s"] == 5 / 6
 
 
 def test_benchmark_table_decisions_and_determinism(tmp_path, caplog):
@@ -179,3 +180,30 @@ def test_history_warms_up_the_learning_policies(tmp_path):
     write_trace(from_arrays(x[:30, :4], {"source": "test"}), tmp_path / "narrow.parquet")
     with pytest.raises(UserError, match="narrow.parquet.*4 workers"):
         run_benchmark(tmp_path / "t.parquet", names, history_path=tmp_path / "narrow.parquet")
+
+
+def test_the_communication_sweep(tmp_path):
+    """Every policy and the optimum for each ratio and topology: nothing beats the optimum, the
+    optimum never loses to sync, and where communication dominates a single server, what
+    cutting workers gains shrinks to little (each iteration is mostly the server's transfers)."""
+    tiny_trace(tmp_path / "t.parquet")
+    cfg = from_dict({"experiment": "x", "traces": {"t": {"source": "simulate"}},
+                     "throughput": {"comm_ratios": [0.01, 10.0]}})
+    names = ["sync", "static", "ecdf", "oracle"]
+    run_benchmark(tmp_path / "t.parquet", names, cfg=cfg, sweep_out=tmp_path / "sweep.csv")
+    sweep = pd.read_csv(tmp_path / "sweep.csv")
+    assert len(sweep) == 2 * 3 * len(names)
+    assert (sweep["relative_to_oracle"] <= 1 + 1e-9).all()
+    oracle = sweep[sweep["policy"] == "oracle"].set_index(["ratio", "topology"])
+    assert (oracle["relative_to_oracle"] == 1.0).all() and (oracle["relative_to_sync"] >= 1).all()
+    assert sweep[sweep["policy"] == "sync"]["relative_to_sync"].tolist() == pytest.approx([1.0] * 6)
+    gain = oracle["relative_to_sync"]
+    assert gain[10.0, "ps"] < 1.1 < gain[0.01, "ps"] and gain[10.0, "ps"] < gain[10.0, "ring"]
+
+
+def test_a_ring_has_no_server_for_the_async_reference(tmp_path):
+    tiny_trace(tmp_path / "t.parquet")
+    cfg = from_dict({"experiment": "x", "traces": {"t": {"source": "simulate"}},
+                     "network": {"topology": "ring"}})
+    with pytest.raises(UserError, match="network.topology: ring has no server"):
+        run_benchmark(tmp_path / "t.parquet", ["sync", "async"], cfg=cfg)

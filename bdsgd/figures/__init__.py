@@ -21,6 +21,8 @@ FIGURES = {
     "training_cutoff": ("training_cutoff.png", "training_cutoff.rst", "Convergence"),
     "cutoff_over_time": ("cutoff_over_time.png", "cutoff_over_time.rst", "Policies"),
     "throughput": ("throughput.png", "throughput.rst", "Policies"),
+    "comm_sweep_summary": ("comm_sweep.csv", "comm_sweep_summary.rst", "Tables"),
+    "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
 }

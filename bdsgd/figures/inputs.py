@@ -27,6 +27,8 @@ SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy
                    "target_accuracy", "final_test_loss", "mean_staleness", "n_workers"]
 THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
                       "mean_cutoff", "cutoff_std"]
+COMM_SWEEP_COLUMNS = ["trace", "ratio", "topology", "policy", "gradients_per_s",
+                      "relative_to_oracle", "relative_to_sync", "mean_cutoff"]
 # Metrics columns that older runs do not have: read as NaN (unavailable) there.
 OPTIONAL_METRICS = ("gradients", "staleness")
 # What the figures draw from each kind of table.
@@ -121,6 +123,27 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS).drop_duplicates(["trace", "policy", "rule"])
     table = table.sort_values(["trace", "policy", "rule"]).reset_index(drop=True)
     return table, pd.concat(decisions, ignore_index=True)
+
+
+def load_comm_sweep(results_dir: Path) -> pd.DataFrame:
+    """Every trace's communication sweep (``bdsgd.throughput.comm_sweep``), one row per ratio x
+    topology x policy, with its trace."""
+    layout, frames = Layout(str(results_dir)), []
+    for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
+        csv = path.with_name("comm_sweep.csv")  # beside throughput.json (Layout.throughput)
+        if not csv.is_file():
+            raise UserError(str(csv), "-", "file missing")
+        try:
+            frame = pd.read_csv(csv)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise UserError(str(csv), "-", f"damaged: not a CSV table ({exc})") from None
+        missing = [c for c in COMM_SWEEP_COLUMNS[1:] if c not in frame.columns]
+        if missing:
+            raise UserError(str(csv), missing[0], f"column missing (have {list(frame.columns)})")
+        if frame.empty:
+            raise UserError(str(csv), "-", "no rows")
+        frames.append(frame.assign(trace=path.parent.name)[COMM_SWEEP_COLUMNS])
+    return pd.concat(frames, ignore_index=True)
 
 
 def load_traces(results_dir: Path) -> dict[str, np.ndarray]:

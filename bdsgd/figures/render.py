@@ -42,6 +42,7 @@ from bdsgd.figures import (  # noqa: E402
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
+    load_comm_sweep,
     load_predictions,
     load_runs,
     load_throughput,
@@ -257,6 +258,28 @@ def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
+def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
+    """Throughput over sync's against the communication-to-compute ratio: a row of panels per
+    trace, a panel per topology (every policy and the hindsight optimum; above 1, cutting
+    workers pays)."""
+    traces, topologies = sorted(sweep["trace"].unique()), list(pd.unique(sweep["topology"]))
+    fig, axes = plt.subplots(len(traces), len(topologies), figsize=(4.2 * len(topologies),
+                             3.4 * len(traces)), squeeze=False, sharey="row")
+    for row, trace in zip(axes, traces, strict=True):
+        for ax, topology in zip(row, topologies, strict=True):
+            sub = sweep[(sweep["trace"] == trace) & (sweep["topology"] == topology)]
+            for policy, lines in sub.groupby("policy", sort=True):
+                lines = lines.sort_values("ratio")
+                ax.plot(lines["ratio"], lines["relative_to_sync"], marker="o", ms=3, lw=1.4,
+                        label=policy, **policy_style(policy))
+            ax.axhline(1.0, color="k", lw=0.8)
+            ax.set(xscale="log", title=f"{trace}: {topology}",
+                   xlabel="single server's transfer time per iteration / median run-time")
+        row[0].set_ylabel("throughput / sync's")
+    axes[0, -1].legend(fontsize=7, ncol=2)
+    return save_figure(fig, path)
+
+
 def runtime_distributions(results_dir: Path, path: Path,
                           traces: dict[str, np.ndarray] | None = None) -> list[Path]:
     """Empirical CDF of every trace's run-times over its median (log scale: the tail matters).
@@ -301,6 +324,7 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
     summary, metrics = load_runs(results_dir)
     table, decisions = load_throughput(results_dir)
+    sweep = load_comm_sweep(results_dir)
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
@@ -312,6 +336,8 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *training_cutoff(metrics, summary, path["training_cutoff"]),
         *cutoff_over_time(decisions, path["cutoff_over_time"]),
         *throughput_bars(table, path["throughput"]),
+        *_write_csv(sweep, path["comm_sweep_summary"]),
+        *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
         *model_predictions(results_dir, path["model_predictions"], predictions),
     ]

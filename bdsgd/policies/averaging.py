@@ -46,8 +46,8 @@ from bdsgd.cutoff import Observation
 def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float:
     """l_k above: the censored Gaussian log-likelihood, per order statistic, of what ``obs``
     shows under the forecast ``expected`` (n,) = E[x_(1..n)] at error scale ``scale``."""
-    n, c = len(obs.runtimes), obs.cutoff
-    seen = np.concatenate([np.sort(obs.runtimes[obs.accepted]), np.full(n - c, obs.cutoff_time)])
+    n, c = len(obs.runtimes), int(obs.observed.sum())
+    seen = np.concatenate([np.sort(obs.runtimes[obs.observed]), np.full(n - c, obs.cutoff_time)])
     error = np.log(expected) - np.log(seen)
     error[c:] = np.minimum(error[c:], 0.0)
     return float(-0.5 * np.mean(error**2) / scale**2)

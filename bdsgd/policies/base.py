@@ -55,12 +55,14 @@ class Predictor(Protocol):
         """Update on an iteration's censored observation."""
 
 
-def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 0.0,
-           min_gain: float = 0.0, worth: np.ndarray | None = None) -> int:
-    """Turn predicted order statistics into a cutoff.
+def decide(expected: np.ndarray, rule: str, rate: float | None,
+           comm: float | np.ndarray = 0.0, min_gain: float = 0.0,
+           worth: np.ndarray | None = None) -> int:
+    """Turn predicted order statistics into a cutoff; ``comm`` is comm(c), the communication
+    time of each cutoff (``bdsgd.network``), or one number for all.
 
-    ``ratio`` (the paper's): c* = argmax_c c / (E[x_(c)] + comm).
-    ``rate`` (renewal-reward): c* = argmax_c c - lambda_hat (E[x_(c)] + comm), with lambda_hat the
+    ``ratio`` (the paper's): c* = argmax_c c / (E[x_(c)] + comm(c)).
+    ``rate`` (renewal-reward): c* = argmax_c c - lambda_hat (E[x_(c)] + comm(c)), with lambda_hat the
     throughput achieved so far; long-run throughput is a ratio of expectations, which this rule
     maximises when decisions do not change the cluster's future. Before any iteration has
     finished (``rate`` is None) it falls back to ``ratio``.
@@ -85,7 +87,7 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm_s: float = 
         if worth.shape != (n,):
             raise ValueError(f"worth must have shape ({n},), got {worth.shape}")
         counted = worth - min_gain * (worth[-1] - worth)
-    cost = np.asarray(expected, dtype=float) + comm_s
+    cost = np.asarray(expected, dtype=float) + comm
     if rule == "rate" and rate is not None:
         score = counted - rate * cost
     elif rule in ("rate", "ratio"):
@@ -116,7 +118,8 @@ class PredictivePolicy:
     same halflife). lambda_hat is then worth per second.
     """
 
-    def __init__(self, name: str, predictor: Predictor, rule: str, comm_s: float, n_workers: int,
+    def __init__(self, name: str, predictor: Predictor, rule: str, comm: float | np.ndarray,
+                 n_workers: int,
                  halflife: float = 100.0, min_gain: float = 0.0, objective: str = "throughput",
                  batch: int = 1, lr_scaling: str = "linear"):
         if rule not in RULES:
@@ -126,7 +129,7 @@ class PredictivePolicy:
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         self.name, self.predictor, self.rule = name, predictor, rule
-        self.comm_s, self.n, self.min_gain = comm_s, n_workers, min_gain
+        self.comm, self.n, self.min_gain = comm, n_workers, min_gain
         self.objective, self.batch, self.lr_scaling = objective, batch, lr_scaling
         self.noise = GradientNoise(halflife) if objective == "progress" else None
         self.decay = 0.5 ** (1.0 / halflife)
@@ -153,7 +156,7 @@ class PredictivePolicy:
         expected = self.predictor.expected_order_stats()
         if expected is None:
             return self.n
-        return decide(expected, self.rule, self.rate, self.comm_s, self.min_gain,
+        return decide(expected, self.rule, self.rate, self.comm, self.min_gain,
                       self.worth(np.arange(1, self.n + 1)))
 
     def observe(self, obs: Observation) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
-from bdsgd.cutoff import observation
+from bdsgd.cutoff import comm_at, observation
 from bdsgd.errors import UserError
 from bdsgd.policies import spec
 
@@ -72,7 +72,7 @@ def load_inputs(names: list[str], trace_path, model_path) -> Inputs:
 
 def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Trace | None = None,
                  inputs: Inputs = Inputs(), history: Trace | None = None,
-                 iterations: int | None = None, comm_s: float | None = None,
+                 iterations: int | None = None, comm: float | np.ndarray | None = None,
                  rule: str | None = None, training: TrainConfig | None = None,
                  real: bool = False) -> Policy:
     """Policy ``name`` ready for a run of ``n_workers`` workers over ``iterations`` iterations
@@ -81,7 +81,8 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
     ``trace``: the replayed run-times (the oracles read them; None on a real cluster);
     ``training``: the run's train: section, whose objective the predictive policies optimise
     (None: throughput); ``real``: a real cluster, which has no truth and no future; ``rule``
-    None: the config's; ``comm_s`` None: the config's throughput.comm_s."""
+    None: the config's; ``comm`` (a number, or comm(c) for c = 1..n, in the trace's units) None:
+    the config's throughput.comm_s."""
     need, model, truth = policy_spec(name), inputs.model, inputs.truth
     source = "<distributed>" if trace is None else trace.file
     if real and (need.needs_truth or need.needs_future):
@@ -109,29 +110,29 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
     if name.removeprefix("explore-") == "static" and backups >= 1 and backups >= n_workers:
         raise UserError(cfg.source, "policies.static_backups", f"{backups:g} backup workers "
                         f"leave none of the {n_workers} workers to wait for")
-    comm_s = cfg.throughput.comm_s if comm_s is None else comm_s
+    comm = cfg.throughput.comm_s if comm is None else comm
     policy = make_policy(
-        name, n_workers, cfg.policies, rule=rule, seed=seed, comm_s=comm_s,
+        name, n_workers, cfg.policies, rule=rule, seed=seed, comm=comm,
         runtimes=None if trace is None else trace.runtimes, model=model, truth=truth,
         offset=0 if trace is None else int((trace.meta.get("slice") or [0])[0]),
         objective="throughput" if training is None else training.objective,
         batch=1 if training is None else training.batch_size,
         lr_scaling="linear" if training is None else training.lr_scaling)
     if history is not None and need.learns:
-        warm_up(policy, history, comm_s)
+        warm_up(policy, history, comm)
     return policy
 
 
-def warm_up(policy: Policy, history: Trace, comm_s: float = 0.0) -> None:
+def warm_up(policy: Policy, history: Trace, comm: float | np.ndarray = 0.0) -> None:
     """Show ``policy`` the iterations that came before the run, fully observed (c = n), as a
     server that has been running (and gathering the training trace) would have seen them."""
     n = history.n_workers
     for t, row in enumerate(history.runtimes):
-        policy.observe(observation(t - history.n_iterations, row, n, comm_s))
+        policy.observe(observation(t - history.n_iterations, row, n, float(comm_at(comm, n))))
 
 
 def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | None = None,
-                seed: int = 0, comm_s: float = 0.0, runtimes: np.ndarray | None = None,
+                seed: int = 0, comm: float | np.ndarray = 0.0, runtimes: np.ndarray | None = None,
                 model=None, truth=None, offset: int = 0, objective: str = "throughput",
                 batch: int = 1, lr_scaling: str = "linear"):
     """Build policy ``name`` for n workers. ``rule`` None means ``cfg.rule``. ``runtimes`` (T, n)
@@ -142,8 +143,6 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     them."""
     # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
     # and every workflow parse read the registry only.
-    import numpy as np
-
     from bdsgd.cutoff import hindsight_optimum, myopic_optimum
     from bdsgd.policies.base import PredictivePolicy
     from bdsgd.policies.baselines import Scripted, Static, Sync
@@ -162,7 +161,7 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         raise ValueError(f"{name} needs the trace's run-times")
     if name.startswith("explore-"):
         inner = make_policy(name.removeprefix("explore-"), n_workers, cfg, rule=rule, seed=seed,
-                            comm_s=comm_s, model=model, truth=truth, offset=offset,
+                            comm=comm, model=model, truth=truth, offset=offset,
                             objective=objective, batch=batch, lr_scaling=lr_scaling)
         return Explore(inner, n_workers, cfg.explore_prob, seed)
     if name == "sync":
@@ -170,13 +169,13 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     if name == "static":
         return Static(n_workers, cfg.static_backups)
     if name == "oracle":
-        return Scripted(name, hindsight_optimum(np.sort(runtimes, axis=1), comm_s)[0])
+        return Scripted(name, hindsight_optimum(np.sort(runtimes, axis=1), comm)[0])
     if name == "oracle-myopic":
-        return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm_s))
+        return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm))
     predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset)
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
     min_gain = cfg.min_gain if need.learns else 0.0
-    return PredictivePolicy(name, predictor, rule, comm_s, n_workers, cfg.rate_halflife, min_gain,
+    return PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife, min_gain,
                             objective, batch, lr_scaling)
 
 

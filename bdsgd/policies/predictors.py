@@ -40,7 +40,7 @@ class _Window:
         self.items: deque[tuple[np.ndarray, float, int]] = deque(maxlen=size)
 
     def add(self, obs: Observation) -> None:
-        seen = np.sort(obs.runtimes[obs.accepted])
+        seen = np.sort(obs.runtimes[obs.observed])
         self.items.append((seen, obs.cutoff_time, self.n - len(seen)))
 
 
@@ -150,7 +150,7 @@ class Bandit:
         self.sum_sq = np.zeros(n_workers)
 
     def observe(self, obs: Observation) -> None:
-        x = np.sort(obs.runtimes[obs.accepted])
+        x = np.sort(obs.runtimes[obs.observed])
         for stat, value in ((self.count, 1.0), (self.sum, x), (self.sum_sq, x**2)):
             stat *= self.discount
             stat[: len(x)] += value
@@ -211,16 +211,16 @@ class PerWorkerLevel:
 
     def observe(self, obs: Observation) -> None:
         # accepted: the log run-time; cut: log tau, the lower bound
-        y = np.log(np.where(obs.accepted, obs.runtimes, obs.cutoff_time))
+        y = np.log(np.where(obs.observed, obs.runtimes, obs.cutoff_time))
         self.expected = None
         if self.level is None:
             self.level = y  # a cut worker starts at its lower bound
             return
-        target = np.where(obs.accepted, y, np.maximum(self.level, y))
+        target = np.where(obs.observed, y, np.maximum(self.level, y))
         residual = target - self.level
         self.residuals[self.count % len(self.residuals)] = residual
         self.count += 1
-        self.level = np.where(obs.accepted, self.level + self.alpha * residual, target)
+        self.level = np.where(obs.observed, self.level + self.alpha * residual, target)
 
     def log_draws(self) -> np.ndarray | None:
         """The bootstrap's W equally likely joint vectors of log run-times, m_t + e_s."""

@@ -2,8 +2,10 @@
 
 Each of the n = trace.n_workers workers computes gradients back to back, each on the parameters
 it last pulled; the server applies every gradient the moment it arrives. Worker w's k-th gradient
-(k = 0, 1, ...) takes x_{k mod T, w} + comm_s of virtual time (trace row k mod T, column w) and
-starts when its (k-1)-th arrived (at time 0 for k = 0). The arrivals are applied in order of
+(k = 0, 1, ...) takes f x_{k mod T, w} of virtual time (trace row k mod T, column w; f the
+seconds per trace unit, ``bdsgd.clock``), then its push and pull on the server's link
+(``bdsgd.schedules``, from the network model), and it starts when its (k-1)-th arrived (at time
+0 for k = 0). The arrivals are applied in order of
 time, ties by worker index. Update u (u = 0, 1, ...) applies the gradient
 that arrives u-th, say worker w's k-th, computed on its k-th mini-batch (``WorkerStreams``,
 iteration k, worker w) at the parameters theta_p it pulled after update p - 1:
@@ -46,6 +48,7 @@ in the cutoff mode.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -76,29 +79,32 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
     """One asynchronous run; the cutoff mode's outputs (``synchronous.train_cutoff``), resumable alike.
     ``history_path`` is checked and recorded only: no policy learns from it."""
     wall_start = time.perf_counter()
-    comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
+    out_dir = Path(out_dir)
     r = run.prepare(cfg, task, "async", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
     rounds, lr = tc.max_iterations, tc.learning_rate / n
-    sched = async_schedule(r.trace.runtimes, comm_s, rounds * n)
-    needed = np.bincount(sched.worker, minlength=n)  # gradients of each worker that get applied
-    factor = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
-    logger.info(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
-          f"{rounds} rounds of n gradients, batch {tc.batch_size} per worker "
-          f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient "
-          f"(staleness_lr {tc.staleness_lr}), "
-          f"comm {comm_s} s, target accuracy {r.target}, device {device}")
 
     with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = run.new_model(r, seed, lr)
+        state = run.load_checkpoint(r, model, optimizer)
+        clock, net = run.virtual_clock(cfg, r, model, state)
+        sched = async_schedule(r.trace.runtimes * clock.factor, net.exchange_s, rounds * n,
+                               net.link_s)
+        needed = np.bincount(sched.worker, minlength=n)  # each worker's gradients applied
+        factor = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+        logger.info(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
+                    f"{rounds} rounds of n gradients, batch {tc.batch_size} per worker "
+                    f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient "
+                    f"(staleness_lr {tc.staleness_lr}), {clock.clock} clock, {net.topology} "
+                    f"network: {net.exchange_s:.4g} s per push, target accuracy {r.target}, "
+                    f"device {device}")
         flight: dict[int, tuple[list, float]] = {}  # worker -> its gradient in flight, its loss
 
         def compute(w: int, k: int) -> None:
             x, y = data.batch(data.train, streams.batch(k, np.array([w])))
             flight[w] = worker_gradient(model, x, y, tc.chunk_samples, device)
 
-        state = run.load_checkpoint(r, model, optimizer)
         if state is not None:
             flight = {w: ([None if g is None else g.to(device) for g in grads], loss)
                       for w, (grads, loss) in state["flight"].items()}
@@ -134,10 +140,10 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                 "train_loss": float(np.mean(losses)),
                 "gradients": n, "staleness": float(sched.staleness[rows].mean())},
                 lambda: run.save_checkpoint(r, model, optimizer, metrics=rec.log,
-                                               flight=flight))
+                                            flight=flight, compute=dataclasses.asdict(clock)))
         rec.close()
 
     record.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
-        sched.staleness)
+        sched.staleness, clock=run.clock_record(clock, net, "finish"))
     return out_dir

@@ -6,12 +6,14 @@ accumulate stale gradients locally meanwhile, and push the accumulated sum when 
 token; the delay adapts to each worker. The rule implemented:
 
 * Workers never wait. Worker w computes gradients back to back, its k-th (k = 0, 1, ...) taking
-  x_{k mod T, w} of virtual time (trace row k mod T, column w), each on the newest parameters
+  f x_{k mod T, w} of virtual time (trace row k mod T, column w; f the seconds per trace unit,
+  ``bdsgd.clock``), each on the newest parameters
   when it starts: those after every update applied by then (theta_0 before the first update).
   Reading the parameters is not what the token orders, and is not charged.
 * A token visits the workers in the order 0, 1, ..., n-1, 0, ... If worker j holds at least one
-  finished gradient it has not pushed, it pushes their sum: the server applies it after comm_s
-  (one push on the wire at a time: the token serialises the traffic that a synchronous step
+  finished gradient it has not pushed, it pushes their sum: the server applies it after one
+  exchange, a push and a pull on its link (``bdsgd.network``: comm_s under the constant topology;
+  one push on the wire at a time: the token serialises the traffic that a synchronous step
   sends at once) and the token moves on. If j holds none it is skipped at no cost; when a whole
   round of visits finds nothing the token waits for the next gradient to finish. A gradient
   that finishes while its worker waits for its turn is pushed then, with what else it finished.
@@ -28,7 +30,7 @@ and their push: their staleness grows with the worker's run-time), where the fix
 schedule (every worker every n-th update, delay n - 1) waits for the slowest in each round. And
 a fast worker's gradients within one turn share one push: it communicates once per turn however
 many gradients it finished, which is what accumulating locally buys; the wait for the turn adds
-to their staleness. With comm_s = 0 a push costs nothing, every worker pushes at the instant it
+to their staleness. With exchanges that cost nothing a push is free, every worker pushes at the instant it
 finishes a gradient, and the schedule is asynchronous SGD's (``asynchronous``) update for
 update, staleness included (gradients that finish at one instant are applied in the token's
 order, from where it stands, rather than the workers'). The two differ in what communication
@@ -54,6 +56,7 @@ at a row's end (``Stopped``) and the same command resumes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -74,21 +77,26 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
     """One cyclic run; the cutoff mode's outputs (``synchronous.train_cutoff``), resumable alike.
     ``history_path`` is checked and recorded only: no policy learns from it."""
     wall_start = time.perf_counter()
-    comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
+    out_dir = Path(out_dir)
     r = run.prepare(cfg, task, "cyclic", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
     lr = tc.learning_rate / n
-    sched = cyclic_schedule(r.trace.runtimes, comm_s, tc.max_iterations * n)
-    groups, ends = sched.groups(), np.cumsum(sched.count)
-    scale = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
-    logger.info(f"train {task} / cyclic / seed {seed}: n={n} workers, T={T} trace iterations, "
-          f"{tc.max_iterations * n} gradients in {len(sched.worker)} pushes, batch "
-          f"{tc.batch_size} per worker ({streams.per_epoch} per epoch), lr {tc.learning_rate} / n "
-          f"per gradient, comm {comm_s} s per push, target accuracy {r.target}, device {device}")
 
     with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = run.new_model(r, seed, lr)
+        state = run.load_checkpoint(r, model, optimizer)
+        clock, net = run.virtual_clock(cfg, r, model, state)
+        sched = cyclic_schedule(r.trace.runtimes * clock.factor, net.exchange_s,
+                                tc.max_iterations * n)
+        groups, ends = sched.groups(), np.cumsum(sched.count)
+        scale = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+        logger.info(f"train {task} / cyclic / seed {seed}: n={n} workers, T={T} trace "
+                    f"iterations, {tc.max_iterations * n} gradients in {len(sched.worker)} "
+                    f"pushes, batch {tc.batch_size} per worker ({streams.per_epoch} per epoch), "
+                    f"lr {tc.learning_rate} / n per gradient, {clock.clock} clock, "
+                    f"{net.topology} network: {net.exchange_s:.4g} s per push, target accuracy "
+                    f"{r.target}, device {device}")
         pending: dict[int, list] = {}  # update -> [sum of its gradients so far, sum of losses]
         row_loss = 0.0  # the losses of the gradients applied since the last row
 
@@ -109,7 +117,6 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                 else:
                     pending[u] = [grads, loss]
 
-        state = run.load_checkpoint(r, model, optimizer)
         if state is None:
             compute(0)
             u0 = 0
@@ -139,11 +146,12 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                 "gradients": int(sched.count[rows].sum()),
                 "staleness": float(sched.staleness[gradients].mean())},
                 lambda u=u: run.save_checkpoint(r, model, optimizer, metrics=rec.log,
-                                                   update=u + 1, pending=pending))
+                                                update=u + 1, pending=pending,
+                                                compute=dataclasses.asdict(clock)))
             row_first, row_loss = u + 1, 0.0
         rec.close()
 
     record.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
-        sched.staleness, {"pushes": len(sched.worker)})
+        sched.staleness, {"pushes": len(sched.worker)}, run.clock_record(clock, net, "finish"))
     return out_dir

@@ -132,9 +132,11 @@ def metrics_summary(metrics: pd.DataFrame, target: float) -> dict:
 
 
 def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace_path, history_path,
-                  out_dir: Path, wallclock: dict, extra: dict | None = None) -> dict:
-    """metrics.parquet, model.pt and result.json (``extra``: more summary keys); removes the
-    checkpoint. ``wallclock``: this process's timings, after the common note."""
+                  out_dir: Path, wallclock: dict, extra: dict | None = None,
+                  clock: dict | None = None) -> dict:
+    """metrics.parquet, model.pt and result.json (``extra``: more summary keys; ``clock``: the
+    virtual clock's, ``bdsgd.training.run.clock_record``); removes the checkpoint.
+    ``wallclock``: this process's timings, after the common note."""
     task, policy, seed = (run.identity[k] for k in ("task", "policy", "seed"))
     T, n = run.trace.runtimes.shape
     metrics = metrics_frame(log)
@@ -151,7 +153,7 @@ def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace
                 trace_meta=run.trace.meta),
         "history": None if run.history is None else {"path": str(history_path),
                                                      "n_iterations": run.history.n_iterations},
-        "summary": summary, "wallclock": {
+        "summary": summary, "clock": clock, "wallclock": {
             "note": "wall-clock of this process; varies run to run, not part of compared tables",
             **wallclock}})
     run.ckpt_path.unlink()  # the run is complete: its outputs replace the checkpoint
@@ -165,11 +167,11 @@ def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace
 
 def write_stale_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace_path,
                         history_path, out_dir: Path, wallclock: dict, staleness: np.ndarray,
-                        extra: dict | None = None) -> dict:
+                        extra: dict | None = None, clock: dict | None = None) -> dict:
     """``write_outputs`` for a mode whose gradients are stale (async, cyclic): the staleness
     summary joins result.json's summary and is printed."""
     summary = write_outputs(cfg, run, log, model, trace_path, history_path, out_dir, wallclock,
-                            {**staleness_summary(staleness), **(extra or {})})
+                            {**staleness_summary(staleness), **(extra or {})}, clock)
     logger.info(f"{run.identity['policy']} staleness: mean {summary['mean_staleness']:.2f}, "
           f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
     return summary

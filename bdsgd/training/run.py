@@ -9,19 +9,25 @@ only in when gradients are computed and applied; ``bdsgd.training.record`` write
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import logging
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
+from bdsgd.clock import Compute, network
 from bdsgd.config import Config
 from bdsgd.devices import select_device
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
+from bdsgd.network import SERVERLESS, Network
 from bdsgd.runtime_model.checkpoint import read_state
-from bdsgd.tasks import WorkerStreams, load_task
+from bdsgd.schedules import MODES
+from bdsgd.sgd import time_gradient
+from bdsgd.tasks import WorkerStreams, gradient_bytes, load_task
 from bdsgd.traces.io import read_history, read_trace, require_complete, require_cutoff
 
 logger = logging.getLogger(__name__)
@@ -42,6 +48,9 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     if task not in tc.target_accuracy:
         raise UserError(cfg.source, f"train.target_accuracy.{task}",
                         f"no target accuracy for task {task!r}: time-to-accuracy needs one")
+    if policy in MODES and cfg.network.topology in SERVERLESS:
+        raise UserError(cfg.source, "network.topology", f"{cfg.network.topology} has no server "
+                        f"for {policy} to push to: choose ps, sharded or constant")
     data = load_task(task, tc.data_dir)
     history = read_history(history_path, trace, str(trace_path))
     try:
@@ -62,6 +71,30 @@ def new_model(run: RunSetup, seed: int, lr: float) -> tuple[nn.Module, torch.opt
     torch.manual_seed(seed)
     model = run.data.make_model().to(run.device)
     return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=run.tc.momentum)
+
+
+def virtual_clock(cfg: Config, run: RunSetup, model: nn.Module,
+                  state: dict | None) -> tuple[Compute, Network]:
+    """The run's virtual clock (``bdsgd.clock``): how its trace's units become seconds
+    (train.clock) and the network moving this model's gradient. Under a measured gradient time
+    a resumed run keeps the one it measured (its checkpoint's ``compute``)."""
+    tc, net = run.tc, network(cfg, gradient_bytes(model))
+    if tc.clock == "recorded":
+        return Compute(), net
+    if state is not None:
+        return Compute(**state["compute"]), net
+    if tc.gradient_s is not None:
+        return Compute.scaled(run.trace.runtimes, tc.gradient_s, "config"), net
+    x, y = run.data.batch(run.data.train, run.streams.batch(0, np.array([0])))
+    seconds = time_gradient(model, x, y, tc.chunk_samples, run.device)
+    logger.info("gradient time on %s: %.4g s per worker batch of %d (measured)", run.device,
+                seconds, tc.batch_size)
+    return Compute.scaled(run.trace.runtimes, seconds, "measured"), net
+
+
+def clock_record(compute: Compute, net: Network, late: str) -> dict:
+    """What a result says about its virtual clock."""
+    return {**compute.record(), "network": dataclasses.asdict(net), "late": late}
 
 
 def save_checkpoint(run: RunSetup, model: nn.Module, optimizer: torch.optim.Optimizer, **extra) -> None:

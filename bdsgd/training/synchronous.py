@@ -3,13 +3,17 @@ run-time trace.
 
 n = trace.n_workers workers each compute a mini-batch gradient at every iteration t. The trace's
 row t mod T says how long each worker took (the trace is cycled when the run is longer than
-it). A cutoff policy picks c_t before the iteration; the server accepts the c_t fastest workers
-(ties by worker index), discards the others' gradients, and the virtual clock advances by
+it). A cutoff policy picks c_t before the iteration; the server accepts the c_t first gradients
+(ties by worker index), discards the others, and the virtual clock (``bdsgd.clock``) advances by
 
-    x_t,(c_t) + comm_s        (+ the policy's measured choose + observe time if charge_decision_time).
+    f (tau_t + comm(c_t) / f)   (+ the policy's measured choose + observe time if charge_decision_time)
 
-A discarded worker's mini-batch is lost: next iteration every worker starts a fresh one, as in
-Chen et al. (2016). The update is SGD with momentum on the average of the accepted gradients,
+with tau_t the c_t-th arrival (x_t,(c_t) unless a late worker starts behind), comm(c) from the
+network model (``bdsgd.network``) in seconds, and f the seconds per trace unit (train.clock:
+1 as recorded, or the task's measured gradient time over the trace's median run-time). The
+policy sees the trace's units throughout. Under network.late abandon a discarded worker's
+mini-batch is lost and every worker starts afresh, as in Chen et al. (2016); under finish it
+completes its gradient first. The update is SGD with momentum on the average of the accepted gradients,
 with learning rate lr * c_t / n under linear scaling (the gradient is an average over c_t * B
 samples, so its noise shrinks as c_t grows; Goyal et al. 2017), lr * sqrt(c_t / n) under
 square-root scaling (the step's noise stays the same), or lr under none.
@@ -46,12 +50,14 @@ policy resumes without a state format.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bdsgd.clock import SyncClock
 from bdsgd.config import Config
 from bdsgd.devices import torch_settings
 from bdsgd.errors import stop_requests
@@ -60,7 +66,14 @@ from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.policies.progress import LR_SCALING
 from bdsgd.sgd import noise_step, sgd_step
 from bdsgd.training.record import Recorder, write_outputs
-from bdsgd.training.run import load_checkpoint, new_model, prepare, save_checkpoint
+from bdsgd.training.run import (
+    clock_record,
+    load_checkpoint,
+    new_model,
+    prepare,
+    save_checkpoint,
+    virtual_clock,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,23 +85,26 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
     run resumes). ``history_path``: the trace's iterations before the replayed ones (its
     training part), which a policy that learns from observations sees first."""
     wall_start = time.perf_counter()
-    comm_s, out_dir = cfg.throughput.comm_s, Path(out_dir)
+    out_dir, late = Path(out_dir), cfg.network.late
     r = prepare(cfg, task, policy, seed, trace_path, out_dir, history_path)
     tc, trace, data, streams, device = r.tc, r.trace, r.data, r.streams, r.device
-    pol = build_policy(policy, cfg, seed=seed, n_workers=trace.n_workers, trace=trace,
-                       inputs=load_inputs([policy], trace_path, model_path), history=r.history,
-                       iterations=tc.max_iterations, training=tc)
     T, n = trace.runtimes.shape
-    cycles = tc.max_iterations / T
-    logger.info("train %s / %s / seed %d: n=%d workers, T=%d trace iterations (%.2f cycles over %d "
-             "iterations), batch %d per worker (%d per epoch), lr %s at c=n (%s scaling), comm "
-             "%s s, target accuracy %s, device %s", task, policy, seed, n, T, cycles,
-             tc.max_iterations, tc.batch_size, streams.per_epoch, tc.learning_rate,
-             tc.lr_scaling, comm_s, r.target, device)
 
     with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = new_model(r, seed, tc.learning_rate)
         state = load_checkpoint(r, model, optimizer)
+        compute, net = virtual_clock(cfg, r, model, state)
+        f, comm = compute.factor, net.comm(n) / compute.factor  # comm in the trace's units
+        pol = build_policy(policy, cfg, seed=seed, n_workers=n, trace=trace,
+                           inputs=load_inputs([policy], trace_path, model_path), history=r.history,
+                           iterations=tc.max_iterations, training=tc, comm=comm)
+        logger.info("train %s / %s / seed %d: n=%d workers, T=%d trace iterations (%.2f cycles over "
+                    "%d iterations), batch %d per worker (%d per epoch), lr %s at c=n (%s scaling), "
+                    "%s clock (%.4g s per trace unit), %s network: comm %.4g s at c=n, late %s, "
+                    "target accuracy %s, device %s", task, policy, seed, n, T,
+                    tc.max_iterations / T, tc.max_iterations, tc.batch_size, streams.per_epoch,
+                    tc.learning_rate, tc.lr_scaling, compute.clock, f, net.topology,
+                    net.comm(n)[-1], late, r.target, device)
         decision_ns: list[int] = [] if state is None else state["decision_ns"]
         rec = Recorder(cfg, r, policy, seed, out_dir, None if state is None else state["metrics"],
                        stop)
@@ -102,17 +118,18 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
             if noise[t] is not None:
                 progress(*noise[t])
 
+        cluster = SyncClock(comm, late)
         if state is not None:
-            catch_up(pol, trace.runtimes, rec.log["cutoff"], comm_s,
+            catch_up(pol, trace.runtimes, rec.log["cutoff"], cluster,
                      None if progress is None else show_noise)
         server = Server(pol, n)
         for t in range(start, tc.max_iterations):
-            step = server.step_trace(t, trace.runtimes[t % T], comm_s)
+            step = server.step_trace(t, trace.runtimes[t % T], cluster)
             obs, c = step.obs, step.obs.cutoff
             decision_ns.append(step.policy_ns)
             # the policy's work (choose + observe: a model's filtering step) delays the next
             # iteration's start on a real server; charged only on request, as it is wall-clock
-            duration = obs.duration + (step.policy_s if tc.charge_decision_time else 0.0)
+            duration = obs.duration * f + (step.policy_s if tc.charge_decision_time else 0.0)
             clock += duration
 
             lr = tc.learning_rate * float(LR_SCALING[tc.lr_scaling](c / n))
@@ -133,7 +150,8 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
                                "iteration_time_s": duration, "lr": lr, "train_loss": loss,
                                "gradients": c, "staleness": 0.0},
                        lambda: save_checkpoint(r, model, optimizer, metrics=rec.log,
-                                               decision_ns=decision_ns, noise=noise))
+                                               decision_ns=decision_ns, noise=noise,
+                                               compute=dataclasses.asdict(compute)))
         rec.close()
 
     scale = getattr(pol, "noise_scale", None)
@@ -142,5 +160,6 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
         "decision_latency_p50_s": float(np.median(decision_ns)) * 1e-9,
         "threads": tc.threads},  # torch's, under which the decisions were timed
         {"objective": tc.objective,
-         "gradient_noise_scale": None if progress is None or scale is None else float(scale)})
+         "gradient_noise_scale": None if progress is None or scale is None else float(scale)},
+        clock=clock_record(compute, net, late))
     return out_dir

@@ -7,6 +7,7 @@ rule figures:
     input:
         runs=run_targets(),
         throughput=expand(PATHS.throughput(), trace=config["traces"]),
+        comm_sweep=expand(PATHS.throughput(file="comm_sweep.csv"), trace=config["traces"]),
         evaluations=expand(PATHS.model(file="evaluation.json"), trace=config["traces"]),
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),

@@ -1,5 +1,6 @@
 # Stage 3: replay each trace's test part under every cutoff policy (both decision rules); the
 # learning policies first see the training part, as the server that gathered it would have.
+# The communication sweep replays them again on networks from cheap to dominant communication.
 
 
 rule throughput:
@@ -12,6 +13,7 @@ rule throughput:
     output:
         json=PATHS.throughput(),
         decisions=PATHS.throughput(file="decisions.parquet"),
+        comm_sweep=PATHS.throughput(file="comm_sweep.csv"),
     log:
         PATHS.throughput_log(),
     params:
@@ -27,4 +29,4 @@ rule throughput:
         # bdsgd throughput reads the truth beside the test part itself (bdsgd.policies.build.load_inputs)
         "bdsgd throughput {input.trace} --policies {params.policies} {params.model} --rule both "
         "--history {input.history} --config {input.config} --json {output.json} "
-        "--decisions {output.decisions} > {log} 2>&1"
+        "--decisions {output.decisions} --comm-sweep {output.comm_sweep} > {log} 2>&1"

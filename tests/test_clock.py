@@ -1,0 +1,148 @@
+"""The virtual clock: communication from the network model (each topology by hand), late workers
+that abandon or finish (by hand), pushes queued on the server's link, the hindsight optimum
+with comm(c) against brute force, and the scaled compute clock of a training run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bdsgd.clock import Compute, SyncClock
+from bdsgd.cutoff import hindsight_optimum, throughput
+from bdsgd.loop import replay
+from bdsgd.network import Network
+from bdsgd.policies import build
+from bdsgd.schedules import arrivals
+from bdsgd.traces.schema import from_arrays
+from tests.helpers import make_cfg, write
+
+# G / B = 1 ms, L = 0.1 ms, n = 4
+LINK = {"gradient_bytes": 1e6, "bandwidth_bytes_s": 1e9, "latency_s": 1e-4}
+
+
+@pytest.mark.parametrize("topology, shards, expected", [
+    ("ps", 1, [2e-4 + (c + 4) * 1e-3 for c in (1, 2, 3, 4)]),
+    ("sharded", 2, [2e-4 + (c + 4) * 0.5e-3 for c in (1, 2, 3, 4)]),
+    ("ring", 1, [0.0, 2 * (1e-4 + 0.5e-3), 4 * (1e-4 + 1e-3 / 3), 6 * (1e-4 + 0.25e-3)]),
+])
+def test_comm_of_each_topology_by_hand(topology, shards, expected):
+    np.testing.assert_allclose(Network(topology, shards=shards, **LINK).comm(4), expected,
+                               rtol=1e-12)
+
+
+def test_the_constant_topology_charges_comm_s_whatever_moves():
+    net = Network("constant", comm_s=0.05, **LINK)
+    np.testing.assert_array_equal(net.comm(3), [0.05] * 3)
+    assert net.link_s == 0.0 and net.exchange_s == 0.05
+
+
+def test_an_asynchronous_push_holds_the_link_for_a_gradient_in_and_a_copy_out():
+    assert Network("ps", **LINK).link_s == pytest.approx(2e-3)
+    assert Network("sharded", shards=4, **LINK).link_s == pytest.approx(0.5e-3)
+    assert Network("ps", **LINK).exchange_s == pytest.approx(2e-3 + 2e-4)
+    with pytest.raises(ValueError, match="no server"):
+        _ = Network("ring", **LINK).link_s
+
+
+def test_pushes_queue_for_the_link_by_hand():
+    """Two workers ready at 1: the first holds the link 0.3, the second starts after it."""
+    got = arrivals(np.array([[1.0, 1.0]]), exchange_s=0.5, per_worker=2, link_s=0.3)
+    np.testing.assert_allclose(got, [[1.5, 1.8], [3.0, 3.3]])
+    free = arrivals(np.array([[1.0, 2.0]]), exchange_s=0.5, per_worker=3)
+    np.testing.assert_array_equal(free, np.cumsum([[1.5, 2.5]] * 3, axis=0))
+
+
+def test_an_iteration_under_abandon_by_hand():
+    clock = SyncClock(np.full(3, 0.5), "abandon")
+    first = clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
+    assert first.cutoff_time == 2.0 and first.duration == 2.5
+    np.testing.assert_array_equal(first.runtimes, [1.0, 2.0, np.nan])
+    second = clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)  # every worker fresh
+    assert second.duration == 1.5 and second.late is None
+
+
+def test_an_iteration_under_finish_by_hand():
+    """Worker 2 (4 s) is cut at tau = 2, the iteration ends at 2.5: it finishes 1.5 into the
+    next one, which then waits for it."""
+    clock = SyncClock(np.full(3, 0.5), "finish")
+    first = clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
+    assert first.duration == 2.5 and not first.late.any()
+    np.testing.assert_array_equal(clock.busy, [0.0, 0.0, 1.5])
+    second = clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
+    assert second.cutoff_time == 2.5 and second.duration == 3.0
+    np.testing.assert_array_equal(second.runtimes, [1.0, 1.0, 2.5])
+
+
+def test_a_late_gradient_before_the_next_decision_is_observed_not_applied():
+    clock = SyncClock(np.full(3, 0.5), "finish")
+    obs = clock.iteration(0, np.array([1.0, 2.0, 2.3]), 2)  # worker 2 arrives at 2.3 <= 2.5
+    np.testing.assert_array_equal(obs.runtimes, [1.0, 2.0, 2.3])
+    np.testing.assert_array_equal(obs.accepted, [True, True, False])
+    np.testing.assert_array_equal(obs.observed, [True, True, True])
+    assert obs.cutoff == 2 and not clock.busy.any()
+
+
+def test_finishing_late_work_costs_a_cut_that_comes_and_goes():
+    """Stalls that move from worker to worker: abandoning them costs nothing at c = n - 1, while
+    finishing them makes the next iteration wait for the stalled worker's late start."""
+    x = np.array([[1.0, 1.0, 10.0], [1.0, 10.0, 1.0], [10.0, 1.0, 1.0]] * 4)
+    trace, cfg = from_arrays(x), make_cfg(static_backups=1)
+    rate = {late: replay(trace, build.make_policy("static", 3, cfg.policies), 0.0,
+                         late).gradients_per_s for late in ("abandon", "finish")}
+    assert rate["abandon"] == pytest.approx(2.0)
+    assert rate["finish"] < 0.5 * rate["abandon"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_optimum_with_comm_of_c_is_the_brute_force_one(seed):
+    rng = np.random.default_rng(seed)
+    sorted_x = np.sort(rng.lognormal(size=(3, 4)), axis=1)
+    comm = np.sort(rng.uniform(0, 1, size=4))  # comm grows with c, as for a server
+    best = max(throughput(sorted_x, np.array(cuts), comm)
+               for cuts in itertools.product(range(1, 5), repeat=3))
+    cutoffs, rate = hindsight_optimum(sorted_x, comm)
+    assert rate == pytest.approx(best, rel=1e-12)
+    assert throughput(sorted_x, cutoffs, comm) == rate
+
+
+def test_a_scaled_clock_counts_the_trace_in_gradient_times():
+    compute = Compute.scaled(np.array([[1.0, 2.0], [3.0, 4.0]]), 0.01, "config")
+    assert compute.typical == 2.5 and compute.factor == pytest.approx(0.004)
+    assert compute.record()["gradient_s_from"] == "config"
+
+
+def test_a_run_on_the_scaled_clock_with_a_network_records_both(tmp_path):
+    """Given a gradient time, every iteration lasts f (tau + comm(c) / f) = f tau + comm(c)."""
+    from bdsgd.training import train_run
+
+    x = np.random.default_rng(0).lognormal(size=(12, 4)) + 1.0
+    trace = write(tmp_path, x)
+    cfg = make_cfg(static_backups=1, max_iterations=6, eval_every=6, clock="scaled",
+                   gradient_s=0.01, network={"topology": "ps", "bandwidth_gbit_s": 1.0,
+                                             "latency_s": 1e-4})
+    out = train_run(cfg, task="digits", policy="static", seed=0, trace_path=trace,
+                    out_dir=tmp_path / "run")
+    result = json.loads((out / "result.json").read_text())
+    clock, net = result["clock"], result["clock"]["network"]
+    f = 0.01 / np.median(x)
+    assert clock["clock"] == "scaled" and clock["seconds_per_trace_unit"] == pytest.approx(f)
+    comm = Network(**net).comm(4)[2]  # c = 3
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    expected = f * np.sort(x[:6], axis=1)[:, 2] + comm
+    np.testing.assert_allclose(metrics["iteration_time_s"], expected, rtol=1e-9)
+    assert net["gradient_bytes"] == 4 * (64 * 64 + 64 + 64 * 10 + 10)  # the digits MLP
+
+
+def test_a_measured_gradient_time_is_recorded(tmp_path):
+    from bdsgd.training import train_run
+
+    trace = write(tmp_path, np.ones((4, 3)))
+    cfg = make_cfg(max_iterations=2, eval_every=2, clock="scaled")
+    out = train_run(cfg, task="digits", policy="sync", seed=0, trace_path=trace,
+                    out_dir=tmp_path / "run")
+    clock = json.loads((out / "result.json").read_text())["clock"]
+    assert clock["gradient_s_from"] == "measured" and 0 < clock["gradient_s"] < 1
