@@ -349,8 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="N worker processes (plus a server)")
     p.add_argument("--policy", required=True, help="cutoff policy (see 'bdsgd throughput --help')")
     p.add_argument("--iterations", type=flags.positive_int, required=True, help="iterations to train")
-    p.add_argument("--task", default="digits", choices=TASKS,
-                   help="data set and network")
+    p.add_argument("--task", default="digits", choices=TASKS, help="data set and network")
     p.add_argument("--config", help="experiment config: train: and policies: (default: defaults)")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
     p.add_argument("--late", choices=["abandon", "finish"], default="abandon",
@@ -364,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker WORKER SIGKILLs itself when iteration ITERATION starts")
     p.add_argument("--delay-s", type=flags.non_negative_float, default=0.0,
                    help="seconds added to every gradient (stands in for a bigger model)")
+    p.add_argument("--extra-parameters", type=flags.non_negative_int, default=0,
+                   help="zeros sent with every message (a bigger model's bytes)")
     p.add_argument("--delay-trace", metavar="TRACE",
                    help="run-times replayed inside the workers: worker w waits x[t mod T, w]")
     p.add_argument("--heartbeat-s", type=flags.positive_float, default=5.0,

@@ -210,6 +210,8 @@ NUMBERS = {
     "distributed: --delay-s negative": ([*DISTRIBUTED, "--delay-s", "-0.1"],
                                         "--delay-s: -0.1: must be at least 0"),
     "distributed: --delay-s nan": ([*DISTRIBUTED, "--delay-s", "nan"], "--delay-s: nan: not a finite"),
+    "distributed: --extra-parameters negative": ([*DISTRIBUTED, "--extra-parameters", "-1"],
+                                                 "--extra-parameters: -1: must be at least 0"),
     "distributed: --heartbeat-s 0": ([*DISTRIBUTED, "--heartbeat-s", "0"],
                                      "--heartbeat-s: 0: must be greater than 0"),
     "distributed: --heartbeat-s negative": ([*DISTRIBUTED, "--heartbeat-s", "-5"],
@@ -241,6 +243,14 @@ NUMBERS = {
     "config: train.learning_rate 0": (
         [*TRAIN, "--seed", "0", "{config_of:train: {trace: sim, tasks: [digits], learning_rate: 0}}"],
         "{config}: train.learning_rate"),
+    "config: network.bandwidth_gbit_s 0": (
+        [*THROUGHPUT, "{config_of:network: {bandwidth_gbit_s: 0}}"],
+        "{config}: network.bandwidth_gbit_s"),
+    "config: network.topology unknown": (
+        [*THROUGHPUT, "{config_of:network: {topology: mesh}}"], "{config}: network.topology"),
+    "config: train.gradient_s 0": (
+        [*TRAIN, "--seed", "0", "{config_of:train: {trace: sim, tasks: [digits], gradient_s: 0}}"],
+        "{config}: train.gradient_s"),
     "config: a straggler factor 0": (
         [*THROUGHPUT, "{config_of:distributed: {jobs: {j: {workers: 2, policy: sync, "
                       "inject_straggler: '1:0'}}}}"],

@@ -71,12 +71,13 @@ def refused(tmp_path: Path, config: Path, capsys, *flags: str) -> str:
 @pytest.fixture(scope="module")
 def straggler(tmp_path_factory) -> dict[str, dict]:
     """Worker 1 takes 5x as long, 30 iterations: sync, static (c = n - 1, late gradients
-    abandoned) and static with late: finish; their results."""
+    abandoned) and static with late: finish, its messages padded to a bigger model's; their
+    results."""
     tmp = tmp_path_factory.mktemp("straggler")
     config = write_config(tmp / "config.yaml")
     common = ("--iterations", "30", "--inject-straggler", "1:5")
     jobs = {"sync": ("--policy", "sync"), "static": ("--policy", "static"),
-            "finish": ("--policy", "static", "--late", "finish")}
+            "finish": ("--policy", "static", "--late", "finish", "--extra-parameters", "5000")}
     return {name: distributed(tmp, config, name, *flags, *common)[0]
             for name, flags in jobs.items()}
 

@@ -67,7 +67,7 @@ def launch(job: Job) -> dict:
     # here, not one from each of the n + 1 processes
     load_task(job.task, cfg.training().data_dir)
     select_device(cfg.training().device, 0, cfg.source)
-    build_policy(job.policy, cfg, seed=job.seed, n_workers=job.workers, comm_s=0.0, real=True,
+    build_policy(job.policy, cfg, seed=job.seed, n_workers=job.workers, comm=0.0, real=True,
                  inputs=load_inputs([job.policy], "<distributed>", job.model))
     port, world = _free_port(), job.workers + 1
     cmd = [sys.executable, "-m", "bdsgd.distributed.launch", "--job", job.to_json()]
@@ -127,7 +127,8 @@ def job_from_args(args) -> Job:
               task=args.task, config=args.config, model=args.model,
               json=str(Path(args.json).resolve()), late=args.late,
               straggler=args.inject_straggler, kill=args.kill_worker, delay_s=args.delay_s,
-              delay_trace=args.delay_trace, heartbeat_s=args.heartbeat_s, seed=args.seed)
+              extra_parameters=args.extra_parameters, delay_trace=args.delay_trace,
+              heartbeat_s=args.heartbeat_s, seed=args.seed)
     if job.workers < 1 or job.iterations < 1:
         raise UserError("--workers/--iterations", "distributed", "need at least 1 of each")
     for flag, pair in (("--inject-straggler", job.straggler), ("--kill-worker", job.kill)):

@@ -80,13 +80,14 @@ class ParameterServer:
         self.n, n = job.workers, job.workers
         self.policy = build_policy(job.policy, cfg, seed=job.seed, n_workers=n,
                                    inputs=load_inputs([job.policy], "<distributed>", job.model),
-                                   comm_s=0.0, real=True)
+                                   comm=0.0, real=True)
         self.data = load_task(job.task, self.tc.data_dir)
         torch.manual_seed(job.seed)
         self.model = self.data.make_model().to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.tc.learning_rate,
                                          momentum=self.tc.momentum)
-        self.size = parameters_to_vector(self.model.parameters()).numel()
+        self.params = parameters_to_vector(self.model.parameters()).numel()
+        self.size = self.params + job.extra_parameters  # a message's, less its header
         self.inbox: queue.Queue = queue.Queue()
         for rank in range(1, n + 1):
             threading.Thread(target=_listen, args=(rank, self.size + HEADER, self.inbox),
@@ -108,8 +109,10 @@ class ParameterServer:
     # -------------------------------------------------------------------------- messages
     def _send(self, rank: int, t: int) -> None:
         theta = parameters_to_vector(self.model.parameters()).detach().cpu()
+        padding = torch.zeros(self.job.extra_parameters, dtype=theta.dtype)
         try:
-            dist.send(torch.cat([torch.tensor([PARAMS, t], dtype=theta.dtype), theta]), dst=rank)
+            dist.send(torch.cat([torch.tensor([PARAMS, t], dtype=theta.dtype), theta, padding]),
+                      dst=rank)
         except RuntimeError:  # its connection broke before its listener told us
             self._bury(rank, t)
             return
@@ -188,7 +191,8 @@ class ParameterServer:
         lr = self.tc.learning_rate * float(LR_SCALING[self.tc.lr_scaling](c_real / self.n))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        grads = torch.stack([m[HEADER:] for m in rnd.accepted.values()]).mean(0).to(self.device)
+        grads = torch.stack([m[HEADER:HEADER + self.params] for m in rnd.accepted.values()]
+                            ).mean(0).to(self.device)
         apply_gradient(self.model, self.optimizer, _unflatten(grads, self.model))
         loss = float(np.mean([float(m[2]) for m in rnd.accepted.values()]))
         return Observation(t, c_real, seen, tau), loss

@@ -2,8 +2,12 @@
 
 A message is one flat float32 tensor, so that one send carries it whole:
 
-    server -> worker   [kind, t, theta ...]              kind PARAMS or STOP
-    worker -> server   [t, compute_s, loss, gradient ...]
+    server -> worker   [kind, t, theta ..., padding]              kind PARAMS or STOP
+    worker -> server   [t, compute_s, loss, gradient ..., padding]
+
+The padding (``Job.extra_parameters`` zeros, none by default) makes every message as long as a
+bigger model's, so a small network's job moves a big one's bytes (as ``delay_s`` stands in for
+its compute): the virtual clock's network model is fitted on such jobs.
 
 t is exact in float32 up to 2^24 iterations. Heartbeats go through a TCPStore on the port after
 the process group's: each worker adds 1 to ``hb/<rank>`` every ``HEARTBEAT_EVERY`` seconds.
@@ -39,6 +43,7 @@ class Job:
     straggler: tuple[int, float] | None = None  # (worker, factor): its work takes factor x
     kill: tuple[int, int] | None = None  # (worker, iteration): it SIGKILLs itself there
     delay_s: float = 0.0  # added to every gradient (a stand-in for a bigger model)
+    extra_parameters: int = 0  # zeros sent with every message (a bigger model's bytes)
     delay_trace: str | None = None  # run-times replayed inside the workers (trace row t mod T)
     heartbeat_s: float = 5.0  # a worker silent this long is dead
     seed: int = 0

@@ -73,19 +73,21 @@ def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir, device: torch
     streams = WorkerStreams(len(data.train), n, batch_size, job.seed)
     torch.manual_seed(job.seed)
     model = data.make_model().to(device)
-    size = parameters_to_vector(model.parameters()).numel()
+    params = parameters_to_vector(model.parameters()).numel()
+    padding = torch.zeros(job.extra_parameters)
     delays = None if job.delay_trace is None else read_trace(job.delay_trace).runtimes
     factor = job.straggler[1] if job.straggler is not None and job.straggler[0] == w else 1.0
 
     inbox: queue.Queue = queue.Queue()
-    threading.Thread(target=_listen, args=(size + 2, inbox), daemon=True).start()
+    threading.Thread(target=_listen, args=(params + job.extra_parameters + 2, inbox),
+                     daemon=True).start()
     msg = inbox.get()
     try:
         while (msg := _newest(inbox, msg)) is not None and msg[0] != STOP:
             t = int(msg[1])
             if job.kill == (w, t):
                 os.kill(os.getpid(), signal.SIGKILL)  # what a failed node looks like
-            vector_to_parameters(msg[2:].to(device), model.parameters())
+            vector_to_parameters(msg[2:2 + params].to(device), model.parameters())
             start = time.perf_counter()
             model.zero_grad(set_to_none=True)
             x, y = data.batch(data.train, streams.batch(t, np.array([w])))
@@ -98,7 +100,7 @@ def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir, device: torch
                 grads = flat(p.grad for p in model.parameters()).cpu()
                 header = torch.tensor([t, time.perf_counter() - start, loss], dtype=grads.dtype)
                 try:
-                    dist.send(torch.cat([header, grads]), dst=0)
+                    dist.send(torch.cat([header, grads, padding]), dst=0)
                 except RuntimeError:  # the server is gone (done, or killed): nothing to do
                     return
             msg = inbox.get()
