@@ -332,6 +332,10 @@ def load_config(path: str | Path) -> Config:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise UserError(str(path), "-", "config file not found") from None
+    except IsADirectoryError:
+        raise UserError(str(path), "-", "a directory, not a config file") from None
+    except UnicodeDecodeError:
+        raise UserError(str(path), "-", "not a text file (YAML is UTF-8)") from None
     except yaml.YAMLError as exc:
         raise UserError(str(path), "-", f"not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):

@@ -885,3 +885,58 @@ def test_any_mapping_is_a_config_or_a_user_error(data):
         from_dict(data, "c.yaml")
     except UserError as exc:
         assert exc.file == "c.yaml" and "\n" not in str(exc)
+
+
+# --------------------------------------------------------------------------------- configs
+BASE_CONFIG = {"experiment": "x", "traces": {"t": {"source": "simulate"}}}
+TRAIN_SECTION = {"trace": "t", "tasks": ["digits"]}
+# name -> (what the config file holds: text, bytes, a mapping, or None for no file; the field)
+CONFIGS = {
+    "not YAML": ("experiment: [unclosed", "-"),
+    "a list": ("- a\n- b\n", "-"),
+    "empty": ("", "-"),
+    "not UTF-8": (b"\xff\xfe\x00experiment", "-"),
+    "missing": (None, "-"),
+    "unknown top-level key": ({**BASE_CONFIG, "experimnt": "y"}, "(top level)"),
+    "unknown key in train": ({**BASE_CONFIG, "train": {**TRAIN_SECTION, "lr": 0.1}}, "train"),
+    "seed as text": ({**BASE_CONFIG, "seed": "x"}, "seed"),
+    "experiment with a slash": ({**BASE_CONFIG, "experiment": "a/b"}, "experiment"),
+    "no traces": ({**BASE_CONFIG, "traces": {}}, "traces"),
+    "import without a path": ({**BASE_CONFIG, "traces": {"t": {"source": "import",
+                                                               "format": "csv"}}}, "traces.t"),
+    "train.trace not a trace": ({**BASE_CONFIG, "train": {**TRAIN_SECTION, "trace": "u"}},
+                                "train.trace"),
+    "unknown decision rule": ({**BASE_CONFIG, "policies": {"rule": "fastest"}}, "policies.rule"),
+    "unknown replayed policy": ({**BASE_CONFIG, "throughput": {"policies": ["nosuch"]}},
+                                "throughput.policies.0"),
+    "unknown task": ({**BASE_CONFIG, "train": {**TRAIN_SECTION, "tasks": ["svhn"]}},
+                     "train.tasks.0"),
+    "unknown W&B mode": ({**BASE_CONFIG, "wandb": {"mode": "loud"}}, "wandb.mode"),
+    "unknown late mode": ({**BASE_CONFIG, "network": {"late": "sometimes"}}, "network.late"),
+    "unknown clock": ({**BASE_CONFIG, "train": {**TRAIN_SECTION, "clock": "wall"}},
+                      "train.clock"),
+    "a sweep without ratios": ({**BASE_CONFIG, "throughput": {"comm_ratios": []}},
+                               "throughput.comm_ratios"),
+}
+
+
+@pytest.mark.parametrize("case", CONFIGS)
+def test_bad_config_file(case, tmp_path, capsys):
+    content, field = CONFIGS[case]
+    config = tmp_path / "config.yaml"
+    if isinstance(content, bytes):
+        config.write_bytes(content)
+    elif isinstance(content, str):
+        config.write_text(content)
+    elif content is not None:
+        config.write_text(yaml.safe_dump(content))
+    trace = write_trace(from_arrays(RNG.lognormal(size=(10, 3)) + 0.1), tmp_path / "t.parquet")
+    out = tmp_path / "out.json"
+    assert_one_error(bdsgd(capsys, "throughput", trace, "--policies", "sync", "--config", config,
+                           "--json", out), config, field, (out,))
+
+
+def test_a_directory_as_config_is_one_line(tmp_path, capsys):
+    trace = write_trace(from_arrays(RNG.lognormal(size=(10, 3)) + 0.1), tmp_path / "t.parquet")
+    assert_one_error(bdsgd(capsys, "throughput", trace, "--policies", "sync", "--config",
+                           tmp_path, "--json", tmp_path / "out.json"), tmp_path, "-")

@@ -146,3 +146,33 @@ def test_a_measured_gradient_time_is_recorded(tmp_path):
                     out_dir=tmp_path / "run")
     clock = json.loads((out / "result.json").read_text())["clock"]
     assert clock["gradient_s_from"] == "measured" and 0 < clock["gradient_s"] < 1
+
+
+def test_async_pushes_queue_on_the_servers_link_in_a_run(tmp_path):
+    """An asynchronous run on a single server: its clock is the schedule whose pushes queue
+    for the link (each exchange 2 G / B on it), and the result says which network it was."""
+    from bdsgd.schedules import async_schedule
+    from bdsgd.training import train_run
+
+    x = np.random.default_rng(1).lognormal(size=(8, 4)) * 0.01
+    trace = write(tmp_path, x)
+    network = {"topology": "ps", "bandwidth_gbit_s": 0.01, "latency_s": 1e-4}
+    cfg = make_cfg(max_iterations=3, eval_every=3, network=network)
+    out = train_run(cfg, task="digits", policy="async", seed=0, trace_path=trace,
+                    out_dir=tmp_path / "run")
+    net = Network(**json.loads((out / "result.json").read_text())["clock"]["network"])
+    assert net.link_s > 0.5 * np.median(x)  # the link is the bottleneck here
+    sched = async_schedule(x, net.exchange_s, 3 * 4, net.link_s)
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    np.testing.assert_allclose(metrics["virtual_time_s"], sched.arrival[[3, 7, 11]])
+    assert np.diff(sched.arrival).min() >= net.link_s * (1 - 1e-9)  # one push at a time
+
+
+def test_a_ring_has_no_server_for_async_to_push_to(tmp_path):
+    from bdsgd.errors import UserError
+    from bdsgd.training import train_run
+
+    cfg = make_cfg(max_iterations=2, network={"topology": "ring"})
+    with pytest.raises(UserError, match="network.topology: ring has no server for cyclic"):
+        train_run(cfg, task="digits", policy="cyclic", seed=0, trace_path=write(tmp_path, np.ones((4, 3))),
+                  out_dir=tmp_path / "run")

@@ -19,6 +19,8 @@ CLASSES = {
         "test_csv_import_with_bad_content", "test_unreadable_import_file",
         "test_alibaba_pai_import_with_bad_content",
         "test_a_trace_of_one_worker_is_refused_where_cutoffs_are_chosen")),
+    "configs": ("test_bad_input_files.py", ("test_bad_config_file",
+                                            "test_a_directory_as_config_is_one_line")),
     "flags of every subcommand": ("test_bad_input_flags.py", ("test_flags",)),
     "numbers (flags and config keys)": ("test_bad_input_flags.py", ("test_numbers",)),
     "output paths": ("test_bad_input_flags.py", ("test_outputs",)),

@@ -145,5 +145,5 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
 
     record.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
-        sched.staleness, clock=run.clock_record(clock, net, "finish"))
+        sched.staleness, clock=run.clock_record(clock, net, None))
     return out_dir

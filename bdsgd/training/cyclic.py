@@ -153,5 +153,5 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
 
     record.write_stale_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start},
-        sched.staleness, {"pushes": len(sched.worker)}, run.clock_record(clock, net, "finish"))
+        sched.staleness, {"pushes": len(sched.worker)}, run.clock_record(clock, net, None))
     return out_dir

@@ -92,8 +92,8 @@ def virtual_clock(cfg: Config, run: RunSetup, model: nn.Module,
     return Compute.scaled(run.trace.runtimes, seconds, "measured"), net
 
 
-def clock_record(compute: Compute, net: Network, late: str) -> dict:
-    """What a result says about its virtual clock."""
+def clock_record(compute: Compute, net: Network, late: str | None) -> dict:
+    """What a result says about its virtual clock (``late`` None: a mode without a cutoff)."""
     return {**compute.record(), "network": dataclasses.asdict(net), "late": late}
 
 
