@@ -82,7 +82,12 @@ def virtual_clock(cfg: Config, run: RunSetup, model: nn.Module,
     if tc.clock == "recorded":
         return Compute(), net
     if state is not None:
-        return Compute(**state["compute"]), net
+        try:
+            return Compute(**state["compute"]), net
+        except (KeyError, TypeError):
+            raise UserError(str(run.ckpt_path), "compute", "missing or damaged (a damaged "
+                            "checkpoint or another bdsgd version's); delete it to start the run "
+                            "afresh") from None
     if tc.gradient_s is not None:
         return Compute.scaled(run.trace.runtimes, tc.gradient_s, "config"), net
     x, y = run.data.batch(run.data.train, run.streams.batch(0, np.array([0])))
