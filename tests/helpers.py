@@ -31,7 +31,8 @@ def tiny_config(**overrides) -> dict:
                            "simulate": {"workers": 6, "iterations": 120, "workers_per_node": 3}}},
         "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16},
         "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",
-                                    "oracle", "oracle-myopic"]},
+                                    "oracle", "oracle-myopic"],
+                       "comm_ratios": [1.0]},  # the sweep's machinery, not its curve
         "train": {"trace": "sim", "tasks": ["digits"], "policies": ["sync", "bdsgd"],
                   "seeds": [0], "batch_size": 8, "max_iterations": 30, "eval_every": 10,
                   "target_accuracy": {"digits": 0.5}},

@@ -170,7 +170,7 @@ def test_censoring_bias_likelihood_beats_imputation(tmp_path):
     truth = np.sort(np.exp(rng.normal(0, 0.3, (20000, n))), axis=1).mean(0)[c:]
     error = {}
     for mode in ("likelihood", "impute"):
-        out = train_model(trace, tiny(epochs=20, censoring=mode), seed=0,
+        out = train_model(trace, tiny(epochs=8, censoring=mode), seed=0,
                           out=tmp_path / f"{mode}.pt", progress=False)
         pred = ModelPredictor(load_model(out), samples=256, seed=0)
         for t in range(20):

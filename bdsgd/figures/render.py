@@ -264,7 +264,7 @@ def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
     workers pays)."""
     traces, topologies = sorted(sweep["trace"].unique()), list(pd.unique(sweep["topology"]))
     fig, axes = plt.subplots(len(traces), len(topologies), figsize=(4.2 * len(topologies),
-                             3.4 * len(traces)), squeeze=False, sharey="row")
+                             3.2 * len(traces) + 0.8), squeeze=False, sharey="row")
     for row, trace in zip(axes, traces, strict=True):
         for ax, topology in zip(row, topologies, strict=True):
             sub = sweep[(sweep["trace"] == trace) & (sweep["topology"] == topology)]
@@ -273,10 +273,16 @@ def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
                 ax.plot(lines["ratio"], lines["relative_to_sync"], marker="o", ms=3, lw=1.4,
                         label=policy, **policy_style(policy))
             ax.axhline(1.0, color="k", lw=0.8)
-            ax.set(xscale="log", title=f"{trace}: {topology}",
-                   xlabel="single server's transfer time per iteration / median run-time")
+            ax.set(xscale="log", title=f"{trace}: {topology}")
         row[0].set_ylabel("throughput / sync's")
-    axes[0, -1].legend(fontsize=7, ncol=2)
+    for ax in axes[-1]:
+        ax.set_xlabel("communication / compute (rho)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), fontsize=8,
+               frameon=False)
+    fig.suptitle("rho: a single server's transfer time for a whole iteration over the median "
+                 "run-time; every topology on the same links", fontsize=9)
+    fig.set_layout_engine("tight", rect=(0, 0.06, 1, 0.97))
     return save_figure(fig, path)
 
 
