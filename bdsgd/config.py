@@ -143,6 +143,8 @@ class TrainConfig:
     objective: str
     max_iterations: int
     eval_every: int
+    eval_near_target: float
+    stop_at_target: float | None
     chunk_samples: int
     checkpoint_every: int
     target_accuracy: dict[str, float]

@@ -119,6 +119,8 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
         while first > 0 and not sched.pull[first - 1]:
             first -= 1
         for i in range(start, rounds):
+            if rec.done:  # train.stop_at_target: the margin after the target is done
+                break
             losses = []
             for u in range(i * n, (i + 1) * n):
                 grads, loss = flight.pop(int(sched.worker[u]))

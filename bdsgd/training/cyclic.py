@@ -128,6 +128,8 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                               None if state is None else state["metrics"], stop)
         start, row_first = rec.last, u0  # the row's first update
         for u in range(u0, len(sched.worker)):
+            if rec.done:  # train.stop_at_target: the margin after the target is done
+                break
             grads, loss = pending.pop(u)
             sgd.apply_gradient(model, optimizer, grads)
             row_loss += loss

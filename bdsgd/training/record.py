@@ -7,6 +7,13 @@ Every mode writes the columns ``COLUMNS``:
     iteration_time_s, lr, train_loss, test_accuracy, test_loss (every train.eval_every rows and
     at the end, NaN between), gradients (applied in the row), staleness (their mean: updates
     applied between a gradient's parameters and its own update; 0 in the cutoff mode).
+
+Time to target is the virtual time of the first evaluation at or above the target accuracy, so
+it is only as fine as the evaluations: once an evaluation comes within train.eval_near_target
+of the target, the test set is evaluated after every row until one reaches it, which resolves
+time to target to one iteration where it matters (between evaluations far from the target
+nothing is missed). Under train.stop_at_target m the run stops after ceil((1 + m) k) rows, k the
+row that reached the target (``Recorder.done``), instead of training to train.max_iterations.
 """
 
 from __future__ import annotations
@@ -68,6 +75,9 @@ class Recorder:
                       if self.last < tc.max_iterations else None)
         self.shown = next((a for a in reversed(self.log["test_accuracy"]) if not math.isnan(a)),
                           math.nan)
+        reached = [it for it, a in zip(self.log["iteration"], self.log["test_accuracy"],
+                                       strict=True) if a >= run.target]
+        self.reached = reached[0] if reached else None  # the row that reached the target
         self.bar = tqdm(initial=self.last, total=tc.max_iterations, file=sys.stderr,
                         desc=f"{task}/{policy}/s{seed}")
 
@@ -76,14 +86,31 @@ class Recorder:
         """The virtual time of the last row (0 before the first)."""
         return self.log["virtual_time_s"][-1] if self.log["virtual_time_s"] else 0.0
 
+    @property
+    def end(self) -> int:
+        """The row the run ends at: train.max_iterations, or under train.stop_at_target the
+        margin after the row that reached the target."""
+        margin = self.tc.stop_at_target
+        if margin is None or self.reached is None:
+            return self.tc.max_iterations
+        return min(self.tc.max_iterations, math.ceil((1 + margin) * self.reached))
+
+    @property
+    def done(self) -> bool:
+        return self.last >= self.end
+
     def record(self, model: nn.Module, row: dict, save) -> None:
         """Append ``row`` (every column but the test ones); ``save()`` writes the checkpoint."""
         it, every = row["iteration"], lambda k: it // k > self.last // k
-        final = it >= self.tc.max_iterations
+        near = self.reached is None and self.shown >= self.run.target - self.tc.eval_near_target
+        final = it >= self.end
         row["test_accuracy"] = row["test_loss"] = math.nan
-        if every(self.tc.eval_every) or final:
+        if every(self.tc.eval_every) or final or near:
             row["test_accuracy"], row["test_loss"] = evaluate(model, self.run.data, self.run.device)
             self.shown = row["test_accuracy"]
+            if self.reached is None and self.shown >= self.run.target:
+                self.reached = it
+                final = it >= self.end
         for col in COLUMNS:
             self.log[col].append(row[col])
         tracking.log(self.wandb, row, it)

@@ -124,6 +124,8 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
                      None if progress is None else show_noise)
         server = Server(pol, n)
         for t in range(start, tc.max_iterations):
+            if rec.done:  # train.stop_at_target: the margin after the target is done
+                break
             step = server.step_trace(t, trace.runtimes[t % T], cluster)
             obs, c = step.obs, step.obs.cutoff
             decision_ns.append(step.policy_ns)
