@@ -7,14 +7,11 @@ prints one line ``bdsgd: error: FILE: FIELD: MESSAGE`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-from bdsgd import flags
+from bdsgd import commands, flags
 from bdsgd.config import TASKS
-from bdsgd.errors import UserError, reader_left, run_entry_point
-from bdsgd.io import check_output
+from bdsgd.errors import reader_left, run_entry_point
 from bdsgd.policies import RULES, SPECS
 
 
@@ -32,183 +29,6 @@ def _policy_help() -> str:
             "SGD), explore-<policy> (around any causal one)")
 
 
-def _config_name(cfg, name: str | None, source: str | None = None) -> str:
-    """The trace spec to use: the one named, or the only one (of that source) in the config."""
-    if name is not None:
-        spec = cfg.trace(name)
-        if source is not None and spec.source != source:
-            raise UserError(cfg.source, f"traces.{name}.source",
-                            f"is {spec.source!r}; this command needs a {source!r} trace")
-        return name
-    names = [k for k, spec in cfg.traces.items() if source is None or spec.source == source]
-    if len(names) != 1:
-        raise UserError(cfg.source, "traces", f"config has {len(names)} {source or ''} traces "
-                        f"{names}; pick one with --name")
-    return names[0]
-
-
-def cmd_traces_import(args):
-    from bdsgd.traces.formats import import_trace
-    from bdsgd.traces.io import write_trace
-
-    check_output("OUT", args.output, inputs=(args.input,))
-    trace = import_trace(args.input, args.format)
-    write_trace(trace, args.output)
-    print(f"imported {args.input} ({args.format}): {trace.n_iterations} iterations x "
-          f"{trace.n_workers} workers -> {args.output}")
-
-
-def cmd_traces_simulate(args):
-    from bdsgd.provenance import stamp
-    from bdsgd.stages import load_stage_config
-    from bdsgd.traces.io import write_trace
-    from bdsgd.traces.simulate import simulate, truth_path, write_truth
-
-    check_output("--out", args.out, truth_path(args.out), inputs=(args.config,))
-    cfg = load_stage_config(args.config, "simulate_trace")
-    name = _config_name(cfg, args.name, "simulate")
-    seed = cfg.seed if args.seed is None else args.seed
-    trace, truth = simulate(cfg.trace(name).simulate, seed=seed)
-    trace.meta["provenance"] = stamp(cfg, seed, trace=name)
-    write_truth(truth, truth_path(args.out))
-    write_trace(trace, args.out)
-    print(f"simulated trace {name!r} (scenario {cfg.trace(name).simulate.scenario}, seed {seed}): "
-          f"{trace.n_iterations} iterations x {trace.n_workers} workers -> {args.out}")
-
-
-def cmd_traces_gather(args):
-    from bdsgd.stages import load_stage_config
-    from bdsgd.traces.gather import gather
-
-    check_output("--out", args.out, inputs=(args.config,))
-    cfg = load_stage_config(args.config, "gather_trace")
-    name = _config_name(cfg, args.name, "gather")
-    gcfg = cfg.trace(name).gather
-    gather(gcfg, data_dir=args.data_dir or cfg.training().data_dir, seed=cfg.seed, out=args.out,
-           workers=args.workers, iterations=args.iterations)
-
-
-def cmd_traces_describe(args):
-    from bdsgd.traces.describe import describe, format_description
-    from bdsgd.traces.io import read_trace
-
-    stats = describe(read_trace(args.trace))
-    if args.json:
-        print(json.dumps(stats, indent=2, sort_keys=True))
-    else:
-        print(format_description(stats))
-
-
-def cmd_traces_plot(args):
-    from bdsgd.traces.io import read_trace
-    from bdsgd.traces.plots import draw_trace_figures
-
-    check_output("--out", args.out, folder=True, inputs=(args.trace,))
-    name = args.name or Path(args.trace).stem
-    for path in draw_trace_figures(read_trace(args.trace), name, Path(args.out)):
-        print(f"wrote {path}")
-
-
-def cmd_traces_split(args):
-    from bdsgd.traces.io import read_trace, write_split
-    from bdsgd.traces.simulate import read_truth, truth_path
-
-    sidecar = truth_path(args.trace)
-    for flag, out in (("--train", args.train), ("--test", args.test)):
-        check_output(flag, out, truth_path(out) if sidecar.exists() else None, inputs=(args.trace,))
-    train, test = write_split(read_trace(args.trace), args.train_fraction, args.train, args.test,
-                              read_truth(sidecar) if sidecar.exists() else None, args.trace)
-    print(f"split {args.trace}: {train.n_iterations} iterations -> {args.train}, "
-          f"{test.n_iterations} -> {args.test}")
-
-
-def cmd_model_train(args):
-    from dataclasses import replace
-
-    from bdsgd.config import default_config
-    from bdsgd.runtime_model.train import train_model
-    from bdsgd.stages import load_stage_config
-    from bdsgd.traces.io import read_trace
-
-    check_output("--out", args.out, f"{args.out}.ckpt", inputs=(args.trace, args.config))
-    trace = read_trace(args.trace)
-    cfg = load_stage_config(args.config, "train_model") if args.config else default_config()
-    mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
-    seed = cfg.seed if args.seed is None else args.seed
-    train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
-                trace_name=args.trace_name or Path(args.trace).stem)
-
-
-def cmd_model_evaluate(args):
-    from bdsgd.config import default_config
-    from bdsgd.evaluation import evaluate_model
-    from bdsgd.io import write_json, write_with
-    from bdsgd.provenance import stamp
-    from bdsgd.runtime_model.checkpoint import load_model
-    from bdsgd.stages import load_stage_config
-    from bdsgd.traces.io import read_trace
-
-    for flag, out in (("--json", args.json), ("--predictions", args.predictions)):
-        check_output(flag, out, inputs=(args.model, args.trace, args.config))
-    cfg = load_stage_config(args.config, "evaluate_model") if args.config else None
-    rule = args.rule or (cfg or default_config()).policies.rule
-    result, predictions = evaluate_model(load_model(args.model), read_trace(args.trace), rule=rule,
-                                         seed=args.seed, cfg=cfg, model_path=args.model)
-    if args.json:
-        write_json(args.json, {**result, "provenance": stamp(cfg, args.seed, model=args.model,
-                                                              trace=args.trace)})
-    if args.predictions:
-        write_with(args.predictions, lambda tmp: predictions.to_parquet(tmp, index=False))
-    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, (dict, list))}, indent=2))
-
-
-def cmd_model_sample(args):
-    from bdsgd.runtime_model.checkpoint import load_model
-    from bdsgd.traces.io import write_trace
-
-    check_output("--out", args.out, inputs=(args.model,))
-    trace = load_model(args.model).sample_trace(args.iterations, seed=args.seed)
-    write_trace(trace, args.out)
-    print(f"sampled {trace.n_iterations} iterations x {trace.n_workers} workers -> {args.out}")
-
-
-def cmd_throughput(args):
-    from bdsgd.stages import load_stage_config
-    from bdsgd.throughput import run_benchmark
-
-    for flag, out in (("--json", args.json), ("--decisions", args.decisions),
-                      ("--comm-sweep", args.comm_sweep)):
-        check_output(flag, out, inputs=(args.trace, args.model, args.config, args.history))
-    cfg = load_stage_config(args.config, "throughput") if args.config else None
-    run_benchmark(trace_path=args.trace, policies=[p for p in args.policies.split(",") if p],
-                  model_path=args.model, rule=args.rule, comm_s=args.comm_s, json_out=args.json,
-                  decisions_out=args.decisions, cfg=cfg, seed=args.seed,
-                  history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep)
-
-
-def cmd_train(args):
-    from bdsgd.stages import load_stage_config
-    from bdsgd.training import train_run
-
-    check_output("--out", args.out, folder=True)
-    cfg = load_stage_config(args.config, "train")
-    train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
-              out_dir=args.out, model_path=args.model, history_path=args.history)
-
-
-def cmd_distributed(args):
-    from bdsgd.distributed.launch import job_from_args, run
-
-    run(job_from_args(args))
-
-
-def cmd_figures(args):
-    from bdsgd.figures.render import render_all
-
-    check_output("--out", args.out, folder=True)
-    render_all(Path(args.results_dir), Path(args.out))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = flags.Parser(
         prog="bdsgd", description="Straggler-aware synchronous distributed SGD experiments.")
@@ -224,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "cluster-trace-gpu-v2020 mini-batch-time job file")
     p.add_argument("input", metavar="IN", help="file to import")
     p.add_argument("output", metavar="OUT.parquet", help="trace to write")
-    p.set_defaults(func=cmd_traces_import)
+    p.set_defaults(func=commands.cmd_traces_import)
 
     p = tsub.add_parser("simulate", help="draw a trace from the generative cluster simulator")
     p.add_argument("--config", required=True, help="experiment config (YAML) holding the trace spec")
@@ -232,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=flags.seed, help="seed (default: the config's seed)")
     p.add_argument("--out", required=True, help="trace to write (a .truth.npz of the simulator's "
                                                 "latent state is written beside it)")
-    p.set_defaults(func=cmd_traces_simulate)
+    p.set_defaults(func=commands.cmd_traces_simulate)
 
     p = tsub.add_parser("gather", help="time real workers under torch.distributed (torchrun or srun)")
     p.add_argument("--config", required=True, help="experiment config (YAML) holding the trace spec")
@@ -241,19 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=flags.positive_int, help="override the number of workers")
     p.add_argument("--iterations", type=flags.positive_int, help="override the number of iterations")
     p.add_argument("--out", required=True, help="trace to write")
-    p.set_defaults(func=cmd_traces_gather)
+    p.set_defaults(func=commands.cmd_traces_gather)
 
     p = tsub.add_parser("describe", help="summary statistics of a trace")
     p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_traces_describe)
+    p.set_defaults(func=commands.cmd_traces_describe)
 
     p = tsub.add_parser("plot", help="run-time CDFs, iteration x worker heat map, CoV over time")
     p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
     p.add_argument("--name", help="prefix of the figure files (default: the trace file's stem)")
     p.add_argument("--out", required=True, help="folder for <name>_runtime_cdf, <name>_heatmap "
                                                 "and <name>_cov, each as .png and .pdf")
-    p.set_defaults(func=cmd_traces_plot)
+    p.set_defaults(func=commands.cmd_traces_plot)
 
     p = tsub.add_parser("split", help="cut a trace in time into a training and a test part")
     p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
@@ -261,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of iterations in the first (training) part")
     p.add_argument("--train", required=True, help="first part, written as a trace")
     p.add_argument("--test", required=True, help="second part, written as a trace")
-    p.set_defaults(func=cmd_traces_split)
+    p.set_defaults(func=commands.cmd_traces_split)
 
     # model ...
     model = sub.add_parser("model", help="train, evaluate and sample the BDSGD run-time model")
@@ -276,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=flags.seed, help="seed (default: the config's seed, else 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--trace-name", help="the trace's name in W&B (default: the file's stem)")
-    p.set_defaults(func=cmd_model_train)
+    p.set_defaults(func=commands.cmd_model_train)
 
     p = msub.add_parser("evaluate", help="held-out likelihood, interval coverage and policy throughput")
     p.add_argument("model", metavar="MODEL", help="model checkpoint")
@@ -288,14 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rule", choices=RULES, default=None,
                    help="decision rule of the bdsgd policy (default: the config's policies.rule)")
     p.add_argument("--seed", type=flags.seed, default=0, help="seed of the predictive draws")
-    p.set_defaults(func=cmd_model_evaluate)
+    p.set_defaults(func=commands.cmd_model_evaluate)
 
     p = msub.add_parser("sample", help="generate a synthetic trace from a trained model")
     p.add_argument("model", metavar="MODEL", help="model checkpoint")
     p.add_argument("--iterations", type=flags.positive_int, required=True, help="iterations to generate")
     p.add_argument("--seed", type=flags.seed, default=0, help="seed")
     p.add_argument("--out", required=True, help="trace to write")
-    p.set_defaults(func=cmd_model_sample)
+    p.set_defaults(func=commands.cmd_model_sample)
 
     # throughput
     p = sub.add_parser("throughput", help="replay a trace under cutoff policies; throughput table")
@@ -321,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "that learn from observations see them first, instead of starting cold")
     p.add_argument("--threads", type=flags.positive_int, help="torch threads of the replay, recorded "
                    "beside its decision times (default: the config's resources.throughput_threads, else 1)")
-    p.set_defaults(func=cmd_throughput)
+    p.set_defaults(func=commands.cmd_throughput)
 
     # train
     p = sub.add_parser("train", help="one convergence run on the virtual cluster")
@@ -340,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "learn from observations see them first, instead of starting cold")
     p.add_argument("--out", required=True, help="run directory (metrics.parquet, result.json, "
                                                 "checkpoint.pt)")
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=commands.cmd_train)
 
     # distributed
     p = sub.add_parser("distributed", help="real training: a parameter server and N workers "
@@ -372,13 +192,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=flags.seed, default=0, help="seed of data order, init and policy")
     p.add_argument("--json", required=True,
                    help="result to write (JSON); the metrics and the recorded trace go beside it")
-    p.set_defaults(func=cmd_distributed)
+    p.set_defaults(func=commands.cmd_distributed)
+
+    # plan
+    p = sub.add_parser("plan", help="every job a config makes, its requests and its estimated "
+                                    "GPU-hours, before you submit")
+    p.add_argument("--config", required=True, help="experiment config (the one you will submit)")
+    p.add_argument("--measure", action="store_true",
+                   help="time each task's network on this machine's device (train.device) "
+                        "instead of the documented seconds per sample")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="the device the runs will train on (default: train.device; auto: cuda "
+                        "where resources.train_gpus > 0)")
+    p.add_argument("--json", help="also write the plan (JSON)")
+    p.set_defaults(func=commands.cmd_plan)
 
     # figures
     p = sub.add_parser("figures", help="every figure and summary.csv from stored results")
     p.add_argument("results_dir", metavar="RESULTS_DIR", help="results/<experiment>")
     p.add_argument("--out", required=True, help="figure folder (figures/<experiment>)")
-    p.set_defaults(func=cmd_figures)
+    p.set_defaults(func=commands.cmd_figures)
     return parser
 
 

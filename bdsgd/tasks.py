@@ -90,6 +90,8 @@ def _resnet18(classes: int) -> nn.Module:
 NETWORKS: dict[str, Callable[[int], nn.Module]] = {
     "digits": _mlp, "mnist": _lenet, "cifar10": _small_vgg, "imagenet": _resnet18}
 CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "imagenet": 1000}
+INPUT_SHAPES = {"digits": (64,), "mnist": (1, 28, 28), "cifar10": (3, 32, 32),
+                "imagenet": (3, 224, 224)}  # one sample, as the network takes it
 
 
 def gradient_bytes(model: nn.Module) -> int:

@@ -1,0 +1,170 @@
+"""The bill before you submit (``bdsgd plan``): every job a config makes, what each asks the
+cluster for, and how long the convergence runs will take.
+
+The jobs are the workflow's rules, counted from the config as the DAG makes them (a test holds
+the counts to a Snakemake dry run's): per trace, the rule that makes it (simulate, import or
+gather), its split, its description and figures, the run-time model's training and evaluation
+and the throughput replay; a convergence run per task x policy x seed; each distributed job;
+the figures. Each carries its rule's requests (``resources:`` and ``train.device``).
+
+A convergence run's time is estimated, not limited: per iteration the n workers' union batch,
+n b samples, each costing s seconds forward and backward on the run's device, plus an evaluation
+of the test set every train.eval_every iterations (a forward pass: s / 3 a sample):
+
+    t = I n b s + ceil(I / eval_every) m s / 3        (I = train.max_iterations, m test samples)
+
+s is measured on this machine's device (``measure``: a few timed passes of each task's network
+on a synthetic chunk of train.chunk_samples, ``bdsgd.sgd.time_gradient``) or taken from
+``SECONDS_PER_SAMPLE``. Every other job is charged its runtime limit: an upper bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bdsgd.config import Config
+from bdsgd.schedules import MODES
+
+# s, seconds per sample of forward and backward, where nothing is measured: on a GPU, an H100's
+# at 158 workers x 32 samples in chunks of 1,024 (benchmarks/results.md: bench_trainer.py;
+# digits as MNIST); on a CPU, this machine's, one thread, chunks of 64 (`bdsgd plan --measure
+# --device cpu`). ImageNet on a GPU is the serial JPEG decoder's, 20-40 s an iteration of 5,056
+# images, which no GPU speeds up; on a CPU the network's, 53 ms a sample, dwarfs decoding.
+SECONDS_PER_SAMPLE = {
+    "cuda": {"digits": 4.5e-6, "mnist": 4.5e-6, "cifar10": 9.2e-6, "imagenet": 6e-3},
+    "cpu": {"digits": 3.3e-6, "mnist": 1.7e-4, "cifar10": 5.2e-4, "imagenet": 5.3e-2},
+}
+TEST_SAMPLES = {"digits": 360, "mnist": 10_000, "cifar10": 10_000, "imagenet": 50_000}
+LOCAL = ("all", "stage_config", "resolved_config")  # rules that run where Snakemake runs
+
+
+@dataclass(frozen=True)
+class Job:
+    """One rule's jobs of one kind: how many, what each asks for, how long each takes."""
+
+    rule: str
+    name: str  # the instance (a trace, task/policy, job)
+    count: int
+    gpus: int
+    mem_mb: int | None
+    limit_min: int | None  # the requested runtime
+    hours: float | None  # each job's estimate (None: unknown, charged its limit)
+
+    @property
+    def charged_hours(self) -> float:
+        """Each job's hours as the bill counts them: the estimate, else the limit."""
+        return self.hours if self.hours is not None else (self.limit_min or 0) / 60
+
+
+def trace_workers(cfg: Config, name: str) -> int:
+    """n of a trace, from its config (simulate, gather) or its file (import)."""
+    spec = cfg.trace(name)
+    if spec.source == "simulate":
+        return spec.simulate.workers
+    if spec.source == "gather":
+        return spec.gather.workers
+    from bdsgd.traces.formats import import_trace
+
+    return import_trace(spec.path, spec.format).n_workers
+
+
+def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list[Job]:
+    """Every job ``cfg`` makes (the workflow's rules but the local ones)."""
+    res, tc = cfg.resources, cfg.training()
+    out = []
+    for name, spec in cfg.traces.items():
+        make = {"simulate": ("simulate_trace", res.simulate_mem_mb, res.simulate_runtime_min),
+                "gather": ("gather_trace", res.gather_mem_mb, res.gather_runtime_min),
+                "import": ("import_trace", None, None)}[spec.source]
+        split = "split_simulated_trace" if spec.source == "simulate" else "split_trace"
+        out += [Job(make[0], name, 1, 0, make[1], make[2], None),
+                *(Job(rule, name, 1, 0, None, None, 0.0)
+                  for rule in (split, "describe_trace", "trace_figures")),
+                *(Job(rule, name, 1, 0, res.model_mem_mb, res.model_runtime_min, None)
+                  for rule in ("train_model", "evaluate_model")),
+                Job("throughput", name, 1, 0, res.throughput_mem_mb, res.throughput_runtime_min,
+                    None)]
+    n = trace_workers(cfg, tc.trace)
+    gpus = 0 if device == "cpu" else res.train_gpus
+    for task in tc.tasks:
+        s = seconds_per_sample[task]
+        seconds = (tc.max_iterations * n * tc.batch_size * s
+                   + math.ceil(tc.max_iterations / tc.eval_every) * TEST_SAMPLES[task] * s / 3)
+        for policy in tc.policies:
+            out.append(Job("train", f"{task}/{policy}", len(tc.seeds), gpus, res.train_mem_mb,
+                           res.train_runtime_min, seconds / 3600))
+    for name, job in cfg.distributed.jobs.items():
+        out.append(Job("distributed", name, 1, res.distributed_gpus_per_task * (job.workers + 1),
+                       res.distributed_mem_mb, res.distributed_runtime_min, None))
+    out.append(Job("figures", cfg.experiment, 1, 0, None, None, 0.0))
+    return out
+
+
+def bill_device(cfg: Config, device: str | None) -> str:
+    """The device the runs will train on: ``device`` if given, else the config's (auto: cuda
+    where the runs ask for a GPU, as on the cluster the config is meant for)."""
+    if device is not None:
+        return device
+    tc = cfg.training()
+    if tc.device != "auto":
+        return tc.device
+    return "cuda" if cfg.resources.train_gpus > 0 else "cpu"
+
+
+def measure(cfg: Config, device) -> dict[str, float]:
+    """s of each task of the config on ``device``: one chunk of train.chunk_samples synthetic
+    samples through the task's network (``bdsgd.sgd.time_gradient``), per sample."""
+    import torch
+
+    from bdsgd.devices import torch_settings
+    from bdsgd.sgd import time_gradient
+    from bdsgd.tasks import CLASSES, INPUT_SHAPES, NETWORKS
+
+    tc, out = cfg.training(), {}
+    with torch_settings(tc.threads, device):  # as the runs will train: train.threads
+        for task in tc.tasks:
+            torch.manual_seed(0)
+            model = NETWORKS[task](CLASSES[task]).to(device)
+            chunk = tc.chunk_samples
+            x = torch.randn(chunk, *INPUT_SHAPES[task])
+            y = torch.randint(0, CLASSES[task], (chunk,))
+            out[task] = time_gradient(model, x, y, chunk, device, repeats=3) / chunk
+    return out
+
+
+def bill(cfg: Config, measured: dict[str, float] | None, device: str) -> dict:
+    """The plan as JSON data: every job, the totals, and where s came from."""
+    per_sample = measured or {t: SECONDS_PER_SAMPLE[device][t] for t in cfg.training().tasks}
+    rows = jobs(cfg, per_sample, device)
+    over = [j for j in rows if j.hours is not None and j.limit_min
+            and j.hours * 60 > j.limit_min]
+    return {
+        "experiment": cfg.experiment, "device": device,
+        "seconds_per_sample": per_sample,
+        "seconds_per_sample_from": "measured here" if measured else "SECONDS_PER_SAMPLE",
+        "jobs": [{**j.__dict__, "charged_hours": j.charged_hours} for j in rows],
+        "total_jobs": sum(j.count for j in rows),
+        "gpu_hours": sum(j.count * j.gpus * j.charged_hours for j in rows),
+        "job_hours": sum(j.count * j.charged_hours for j in rows),
+        "runs_over_their_limit": [j.name for j in over],
+        "modes": [p for p in cfg.training().policies if p in MODES],
+    }
+
+
+def format_bill(plan: dict) -> str:
+    lines = [f"{plan['experiment']}: {plan['total_jobs']} jobs on {plan['device']} "
+             f"(s per sample {plan['seconds_per_sample_from']}: "
+             + ", ".join(f"{t} {s:.3g}" for t, s in plan["seconds_per_sample"].items()) + ")",
+             f"{'rule':<22}{'instance':<28}{'jobs':>5}{'gpus':>6}{'mem MB':>8}{'limit min':>10}"
+             f"{'h each':>9}"]
+    for j in plan["jobs"]:
+        each = "limit" if j["hours"] is None else f"{j['hours']:.3g}"
+        lines.append(f"{j['rule']:<22}{j['name']:<28}{j['count']:>5}{j['gpus']:>6}"
+                     f"{j['mem_mb'] or '-':>8}{j['limit_min'] or '-':>10}{each:>9}")
+    lines.append(f"total: {plan['gpu_hours']:.1f} GPU-hours, {plan['job_hours']:.1f} job-hours "
+                 f"(limits where no estimate)")
+    if plan["runs_over_their_limit"]:
+        lines.append("over resources.train_runtime_min (they need a longer limit or a requeue): "
+                     + ", ".join(plan["runs_over_their_limit"]))
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""`bdsgd plan`: the jobs a config makes are the DAG's (held to a Snakemake dry run), a run's
+estimate is the formula's, and the command prints and writes the bill."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+
+import pytest
+import yaml
+
+from bdsgd.config import from_dict, load_config
+from bdsgd.plan import LOCAL, SECONDS_PER_SAMPLE, TEST_SAMPLES, bill, jobs
+from tests.helpers import REPO, bdsgd_in_process, run_cli, snakemake
+from tests.test_slurm import job_stats
+
+
+@pytest.mark.slow  # runs snakemake
+@pytest.mark.parametrize("config", ["configs/smoke.yaml", "configs/paper.yaml"])
+def test_the_plans_jobs_are_the_dags(config, tmp_path):
+    proc = snakemake("-n", "-F", "--configfile", config, "--cores", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dag = {rule: n for rule, n in job_stats(proc.stdout).items() if rule not in LOCAL}
+    planned = Counter()
+    for job in jobs(load_config(REPO / config), SECONDS_PER_SAMPLE["cuda"], "cuda"):
+        planned[job.rule] += job.count
+    assert dict(planned) == dag
+
+
+def cfg_of(iterations: int):
+    return from_dict({"experiment": "x", "traces": {"t": {"source": "simulate",
+                                                          "simulate": {"workers": 8}}},
+                      "resources": {"train_gpus": 1, "train_runtime_min": 1},
+                      "train": {"trace": "t", "tasks": ["mnist"], "policies": ["sync", "bdsgd"],
+                                "seeds": [0, 1, 2], "batch_size": 32,
+                                "max_iterations": iterations, "eval_every": 100}})
+
+
+def test_a_runs_estimate_is_the_formula():
+    plan = bill(cfg_of(1000), {"mnist": 1e-4}, "cuda")
+    seconds = 1000 * 8 * 32 * 1e-4 + 10 * TEST_SAMPLES["mnist"] * 1e-4 / 3  # 28.9 s
+    runs = [j for j in plan["jobs"] if j["rule"] == "train"]
+    assert [(j["name"], j["count"], j["gpus"]) for j in runs] == [("mnist/sync", 3, 1),
+                                                                  ("mnist/bdsgd", 3, 1)]
+    assert runs[0]["hours"] == pytest.approx(seconds / 3600)
+    assert plan["gpu_hours"] == pytest.approx(6 * seconds / 3600 + sum(
+        j["count"] * j["gpus"] * j["charged_hours"] for j in plan["jobs"] if j["rule"] != "train"))
+    assert plan["runs_over_their_limit"] == [] and math.isclose(
+        plan["seconds_per_sample"]["mnist"], 1e-4)
+    longer = bill(cfg_of(10_000), {"mnist": 1e-4}, "cuda")  # 259 s against a 1-minute limit
+    assert longer["runs_over_their_limit"] == ["mnist/sync", "mnist/bdsgd"]
+
+
+def test_plan_prints_and_writes_the_bill(tmp_path):
+    out = tmp_path / "plan.json"
+    proc = run_cli("plan", "--config", "configs/smoke.yaml", "--measure", "--json", out)
+    assert "38 jobs on cpu" in proc.stdout and "GPU-hours" in proc.stdout
+    plan = json.loads(out.read_text())
+    assert plan["total_jobs"] == 38 and plan["seconds_per_sample_from"] == "measured here"
+    assert 0 < plan["seconds_per_sample"]["digits"] < 1e-2
+
+
+def test_measuring_on_a_gpu_that_is_not_there_is_one_line(capsys, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the error is for machines without CUDA")
+    proc = bdsgd_in_process(capsys, "plan", "--config", REPO / "configs/smoke.yaml", "--measure",
+                            "--device", "cuda")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--device" in proc.stderr
+
+
+def test_the_paper_config_is_billed_per_gpu():
+    config = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
+    plan = bill(from_dict(config), None, "cuda")
+    assert plan["gpu_hours"] > 0 and plan["total_jobs"] == 193
