@@ -25,8 +25,9 @@ def _policy_help() -> str:
         return " (a reference: knows the run-times)" if s.needs_future else ""
 
     names = [name + needs(s) for name, s in SPECS.items()]
-    return ("comma-separated policies: " + ", ".join(names) + ", async (a reference: asynchronous "
-            "SGD), explore-<policy> (around any causal one)")
+    return ("comma-separated policies: " + ", ".join(names) + ", static-<p>pct (p %% of n as "
+            "backups), async (a reference: asynchronous SGD), explore-<policy> (around any causal "
+            "one)")
 
 
 def build_parser() -> argparse.ArgumentParser:

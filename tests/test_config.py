@@ -32,14 +32,23 @@ def test_schema_and_dataclasses_agree():
 def test_schema_policy_names_are_the_registrys():
     """Every registry policy, explore-<p> around every predictive one and both training modes
     may be trained; the throughput stage replays all but the training mode cyclic."""
-    from bdsgd.policies import NAMES, spec
+    import re
+
+    from bdsgd.policies import NAMES, backups_of, spec
     from bdsgd.schedules import MODES
 
     defs = yaml.safe_load(C.SCHEMA_PATH.read_text())["$defs"]
-    trained = set(defs["policy"]["enum"])
+    (trained_names, sweep), (replayed_names, replayed_sweep) = (
+        defs[key]["anyOf"] for key in ("policy", "replayed_policy"))
+    trained = set(trained_names["enum"])
     explore = {f"explore-{p}" for p in NAMES if spec(p).predictive}
     assert trained == set(NAMES) | explore | set(MODES)
-    assert set(defs["replayed_policy"]["enum"]) == trained - {"cyclic"}
+    assert set(replayed_names["enum"]) == trained - {"cyclic"}
+    # static-<p>pct: the schema's pattern takes exactly the names the registry does
+    assert sweep == replayed_sweep
+    for name in ("static-0pct", "static-5pct", "static-2.5pct", "static-99pct", "static-100pct",
+                 "static-5", "static-05pct", "explore-static-5pct"):
+        assert bool(re.search(sweep["pattern"], name)) == (backups_of(name) is not None), name
 
 
 def test_workflow_schema_is_the_package_schema():

@@ -13,6 +13,7 @@ import yaml
 from bdsgd.cli import main
 from bdsgd.config import default_config, from_dict
 from bdsgd.errors import UserError
+from bdsgd.policies import is_known
 from bdsgd.policies.build import Inputs, build_policy
 from bdsgd.runtime_model.checkpoint import checkpoint
 from bdsgd.runtime_model.model import RuntimeModel
@@ -81,3 +82,20 @@ def test_every_input_is_checked_against_the_run(files):
     policy = build_policy("ecdf", ok, seed=0, n_workers=N, trace=trace,
                           history=from_arrays(np.ones((3, N))))
     assert policy.choose() == N  # warmed up on equal run-times: nothing to gain by cutting
+
+
+@pytest.mark.parametrize("name, n, c", [("static-0pct", 20, 20), ("static-5pct", 20, 19),
+                                        ("static-10pct", 20, 18), ("static-2pct", 10, 9),
+                                        ("explore-static-10pct", 20, 18)])
+def test_chen_et_als_sweep_names_the_backups_as_a_share_of_n(name, n, c):
+    """static-<p>pct: p % of n as backups (at least one for p > 0), beside static's count."""
+    from bdsgd.policies.build import make_policy
+
+    policy = make_policy(name, n, default_config().policies, seed=0)
+    inner = getattr(policy, "inner", policy)
+    assert inner.c == c and inner.name == name.removeprefix("explore-")
+
+
+@pytest.mark.parametrize("name", ["static-100pct", "static-5", "static-pct", "static--5pct"])
+def test_a_static_sweep_name_out_of_range_is_unknown(name):
+    assert not is_known(name)

@@ -4,8 +4,9 @@ builds one for a run, with every check.
 Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model averaged
 with simple predictors, ``policies.averaging``) and bdsgd-model (the model alone, the paper's
 BDSGD), both needing a run-time model, bayes (needs the simulator's truth), oracle and
-oracle-myopic (need the future run-times: references only), and explore-<name> around any
-causal one. ``async`` and ``cyclic`` are training modes, not cutoff policies
+oracle-myopic (need the future run-times: references only), static-<p>pct (Chen et al.'s
+backup workers at p % of n, for their sweep beside ``static``'s configured count), and
+explore-<name> around any causal one. ``async`` and ``cyclic`` are training modes, not cutoff policies
 (``bdsgd.schedules.MODES``). The CLI, the trainers and the workflow ask ``spec`` and nothing
 else whether a policy needs a model, the truth or a warm-up history.
 
@@ -15,6 +16,7 @@ every workflow parse read the registry without loading scipy or torch.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 RULES = ("rate", "ratio")  # the decision rules of a predictive policy (policies.base.decide)
@@ -49,12 +51,26 @@ SPECS = {
 NAMES = tuple(SPECS)
 
 
+# static-<p>pct with 0 <= p < 100, written without leading zeros (the schema's pattern too)
+STATIC_SWEEP = re.compile(r"static-((?:[0-9]|[1-9][0-9])(?:[.][0-9]+)?)pct")
+
+
+def backups_of(name: str) -> float | None:
+    """The fraction of n that static-<p>pct keeps as backups (p / 100), or None for another
+    name."""
+    match = STATIC_SWEEP.fullmatch(name)
+    return None if match is None else float(match[1]) / 100
+
+
 def spec(name: str) -> Spec:
-    """The needs of policy ``name``; explore-<p> has p's. An unknown name is a ValueError."""
+    """The needs of policy ``name``; explore-<p> has p's, static-<p>pct static's. An unknown
+    name is a ValueError."""
     base = name.removeprefix("explore-")
-    if base not in SPECS or (base != name and SPECS[base].needs_future):
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)} or "
-                         "explore-<causal policy>")
+    if backups_of(base) is not None:
+        base = "static"
+    if base not in SPECS or (name.startswith("explore-") and SPECS[base].needs_future):
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)}, "
+                         "static-<p>pct or explore-<causal policy>")
     return SPECS[base]
 
 

@@ -31,9 +31,8 @@ class Static:
     at least 1.
     """
 
-    name = "static"
-
-    def __init__(self, n_workers: int, backups: float):
+    def __init__(self, n_workers: int, backups: float, name: str = "static"):
+        self.name = name
         if backups >= 1:
             b = int(backups)
         else:

@@ -22,7 +22,7 @@ import numpy as np
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
 from bdsgd.cutoff import comm_at, observation
 from bdsgd.errors import UserError
-from bdsgd.policies import spec
+from bdsgd.policies import backups_of, spec
 
 if TYPE_CHECKING:
     from bdsgd.policies.base import Policy
@@ -166,8 +166,9 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         return Explore(inner, n_workers, cfg.explore_prob, seed)
     if name == "sync":
         return Sync(n_workers)
-    if name == "static":
-        return Static(n_workers, cfg.static_backups)
+    if name == "static" or backups_of(name) is not None:
+        fraction = backups_of(name)
+        return Static(n_workers, cfg.static_backups if fraction is None else fraction, name)
     if name == "oracle":
         return Scripted(name, hindsight_optimum(np.sort(runtimes, axis=1), comm)[0])
     if name == "oracle-myopic":
