@@ -145,6 +145,7 @@ class TrainConfig:
     eval_every: int
     eval_near_target: float
     stop_at_target: float | None
+    loader_workers: int
     chunk_samples: int
     checkpoint_every: int
     target_accuracy: dict[str, float]

@@ -25,7 +25,7 @@ mini-batches by indexing; ImageFolder stays lazy (decoded per sample).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,22 +36,80 @@ from torch.utils.data import Dataset, TensorDataset
 from bdsgd.config import TASKS
 from bdsgd.errors import UserError
 
+# What the loader processes decode from: the task's data sets by split (set in each process).
+_DATASETS: dict[str, Dataset] = {}
+
+
+def _share(datasets: dict[str, Dataset]) -> None:
+    _DATASETS.update(datasets)
+
+
+def _start_loader(datasets: dict[str, Dataset]) -> None:
+    """A loader process: one torch thread (as torch's DataLoader workers: a thread pool
+    inherited through fork deadlocks), the data sets to decode from."""
+    torch.set_num_threads(1)
+    _share(datasets)
+
+
+def _decode(split: str, index: int, seed: int | None):
+    """One sample of ``split``, its random augmentation drawn from ``seed`` (None: the process's
+    generator), so that it is the same whichever process decodes it."""
+    if seed is None:
+        return _DATASETS[split][index]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _DATASETS[split][index]
+
 
 @dataclass
 class Task:
+    """A data set and its network. Tensor data sets are indexed in memory; the others (image
+    folders) are decoded per sample, by ``loader_workers`` processes in parallel (0: in this
+    one), into pinned memory when ``pin`` (a CUDA run: the copy to the GPU overlaps)."""
+
     name: str
     train: Dataset
     test: Dataset
     num_classes: int
     make_model: Callable[[], nn.Module]
+    loader_workers: int = 0
+    pin: bool = False
+    _pool: object = field(default=None, init=False, repr=False)
 
-    def batch(self, dataset: Dataset, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs and labels of the given samples, stacked into one batch."""
+    def batch(self, dataset: Dataset, indices: np.ndarray,
+              seeds: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and labels of the given samples, stacked into one batch. ``seeds``: each
+        sample's augmentation seed (``WorkerStreams.seeds``), which makes a decoded batch a pure
+        function of its draw whichever process decodes it."""
         if isinstance(dataset, TensorDataset):
             idx = torch.as_tensor(indices, dtype=torch.long)
             return dataset.tensors[0][idx], dataset.tensors[1][idx]
-        items = [dataset[int(i)] for i in indices]
-        return torch.stack([x for x, _ in items]), torch.as_tensor([y for _, y in items])
+        split = "train" if dataset is self.train else "test"
+        jobs = [(split, int(i), None if seeds is None else int(k))
+                for i, k in zip(indices, [None] * len(indices) if seeds is None else seeds,
+                                strict=True)]
+        if self.loader_workers > 0:
+            items = self._loader().starmap(_decode, jobs, chunksize=max(1, len(jobs) // (
+                4 * self.loader_workers)))
+        else:
+            _share({"train": self.train, "test": self.test})
+            items = [_decode(*job) for job in jobs]
+        x, y = torch.stack([x for x, _ in items]), torch.as_tensor([y for _, y in items])
+        return (x.pin_memory(), y.pin_memory()) if self.pin else (x, y)
+
+    def _loader(self):
+        """The decoding processes, started once (forked where the platform allows: the data sets
+        reach them without pickling); they are stopped when this task is dropped, or at exit."""
+        if self._pool is None:
+            import multiprocessing
+            import weakref
+
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self._pool = multiprocessing.get_context(method).Pool(
+                self.loader_workers, initializer=_start_loader,
+                initargs=({"train": self.train, "test": self.test},))
+            weakref.finalize(self, self._pool.terminate)
+        return self._pool
 
 
 def _mlp(classes: int) -> nn.Module:
@@ -196,14 +254,18 @@ def _imagenet(root: Path) -> Task:
     return Task("imagenet", train, test, classes, lambda: _resnet18(classes))
 
 
-def load_task(name: str, data_dir: str | Path) -> Task:
-    """The named task's data (train and test split) and model constructor."""
+def load_task(name: str, data_dir: str | Path, loader_workers: int = 0,
+              pin: bool = False) -> Task:
+    """The named task's data (train and test split) and model constructor; an image folder's
+    samples decoded by ``loader_workers`` processes (``Task``)."""
     root = Path(data_dir)
     loaders = {"digits": lambda: _digits(), "mnist": lambda: _mnist(root),
                "cifar10": lambda: _cifar10(root), "imagenet": lambda: _imagenet(root)}
     if name not in loaders:
         raise UserError("--task", "task", f"unknown task {name!r}; choose from {', '.join(TASKS)}")
-    return loaders[name]()
+    task = loaders[name]()
+    task.loader_workers, task.pin = loader_workers, pin
+    return task
 
 
 class WorkerStreams:
@@ -222,6 +284,13 @@ class WorkerStreams:
             raise ValueError(f"{n_workers} workers x {batch_size} samples per worker exceed the "
                              f"{n_samples} training samples")
         self._epoch, self._table = -1, np.empty((0, n_workers), dtype=np.int64)
+
+    def seeds(self, t: int, workers: np.ndarray) -> np.ndarray:
+        """An augmentation seed for each sample of ``batch(t, workers)``: one per draw (the run's
+        seed, then the draw's place in the stream: iteration, worker, position in its batch)."""
+        workers = np.asarray(workers, dtype=np.int64)
+        place = (t * self.n + workers[:, None]) * self.batch_size + np.arange(self.batch_size)
+        return (self.seed << 40) + place.ravel()
 
     def batch(self, t: int, workers: np.ndarray) -> np.ndarray:
         """Indices of the given workers' mini-batches at iteration t, grouped by worker."""

@@ -15,7 +15,7 @@ from PIL import Image
 
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
-from bdsgd.tasks import load_task
+from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training import train_run
@@ -142,3 +142,39 @@ def test_one_training_iteration_on_each_format(tmp_path, name, make, cifar_witho
     m = pd.read_parquet(run / "metrics.parquet")
     assert m["cutoff"].tolist() == [2] and m["virtual_time_s"].tolist() == [2.0]
     assert np.isfinite(m["train_loss"]).all() and 0 <= m["test_accuracy"].iloc[0] <= 1
+
+
+def make_noisy_jpegs(root: Path, per_class: int = 3) -> None:
+    """An image folder of textured JPEGs, so that a random crop or flip shows."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for cls in ("cat", "dog"):
+            folder = root / "imagenet" / split / cls
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.JPEG", quality=90)
+
+
+def test_an_image_batch_is_the_same_decoded_here_or_by_loader_processes(tmp_path):
+    """Each draw's augmentation comes from its own seed: loader processes decode the batch this
+    process would, a draw with other seeds is cropped otherwise, and the run's own generator is
+    left as it was."""
+    make_noisy_jpegs(tmp_path)
+    here, loaders = load_task("imagenet", tmp_path), load_task("imagenet", tmp_path, 2)
+    streams = WorkerStreams(len(here.train), n_workers=2, batch_size=2, seed=3)
+    idx, seeds = streams.batch(1, np.array([0, 1])), streams.seeds(1, np.array([0, 1]))
+    before = torch.get_rng_state()
+    x, y = here.batch(here.train, idx, seeds)
+    assert torch.equal(torch.get_rng_state(), before)
+    x2, y2 = loaders.batch(loaders.train, idx, seeds)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    other, _ = here.batch(here.train, idx, seeds + 1)
+    assert not torch.equal(x, other)
+
+
+def test_every_draw_of_a_run_has_its_own_seed():
+    streams = WorkerStreams(1000, n_workers=4, batch_size=8, seed=2)
+    seeds = np.concatenate([streams.seeds(t, np.arange(4)) for t in range(50)])
+    assert len(np.unique(seeds)) == len(seeds) == 50 * 4 * 8
+    assert len(streams.seeds(7, np.array([1, 3]))) == len(streams.batch(7, np.array([1, 3])))

@@ -90,7 +90,8 @@ def run_worker(job: Job, rank: int, kv, batch_size: int, data_dir, device: torch
             vector_to_parameters(msg[2:2 + params].to(device), model.parameters())
             start = time.perf_counter()
             model.zero_grad(set_to_none=True)
-            x, y = data.batch(data.train, streams.batch(t, np.array([w])))
+            x, y = data.batch(data.train, streams.batch(t, np.array([w])),
+                              streams.seeds(t, np.array([w])))
             loss = backward(model, x, y, len(y), device).item()  # .item() waits for the GPU
             compute = time.perf_counter() - start
             extra = job.delay_s + (0.0 if delays is None else float(delays[t % len(delays), w]))

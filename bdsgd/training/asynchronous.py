@@ -102,7 +102,8 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
         flight: dict[int, tuple[list, float]] = {}  # worker -> its gradient in flight, its loss
 
         def compute(w: int, k: int) -> None:
-            x, y = data.batch(data.train, streams.batch(k, np.array([w])))
+            x, y = data.batch(data.train, streams.batch(k, np.array([w])),
+                              streams.seeds(k, np.array([w])))
             flight[w] = worker_gradient(model, x, y, tc.chunk_samples, device)
 
         if state is not None:

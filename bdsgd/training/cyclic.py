@@ -103,8 +103,10 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
         def compute(p: int) -> None:
             """The gradients that start from theta_p, which the model holds now."""
             for u, w, k0, m in groups.get(p, []):
-                idx = np.concatenate([streams.batch(k, np.array([w])) for k in range(k0, k0 + m)])
-                x, y = data.batch(data.train, idx)
+                draws = range(k0, k0 + m)
+                idx = np.concatenate([streams.batch(k, np.array([w])) for k in draws])
+                seeds = np.concatenate([streams.seeds(k, np.array([w])) for k in draws])
+                x, y = data.batch(data.train, idx, seeds)
                 model.zero_grad(set_to_none=True)
                 loss = sgd.backward(model, x, y, tc.chunk_samples, device).item() * m
                 # m means summed: the union's mean x m; a group shares its pull and push, so

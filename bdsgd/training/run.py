@@ -51,7 +51,8 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     if policy in MODES and cfg.network.topology in SERVERLESS:
         raise UserError(cfg.source, "network.topology", f"{cfg.network.topology} has no server "
                         f"for {policy} to push to: choose ps, sharded or constant")
-    data = load_task(task, tc.data_dir)
+    device = select_device(tc.device, source=cfg.source)
+    data = load_task(task, tc.data_dir, tc.loader_workers, pin=device.type == "cuda")
     history = read_history(history_path, trace, str(trace_path))
     try:
         streams = WorkerStreams(len(data.train), trace.n_workers, tc.batch_size, seed)
@@ -61,9 +62,8 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
                 "trace_sha256": hashlib.sha256(trace.runtimes.tobytes()).hexdigest(),
                 "history_sha256": None if history is None else hashlib.sha256(
                     history.runtimes.tobytes()).hexdigest()}
-    return RunSetup(tc, trace, history, data, streams, select_device(tc.device, source=cfg.source),
-                    tc.target_accuracy[task],
-               identity, Path(out_dir) / "checkpoint.pt")
+    return RunSetup(tc, trace, history, data, streams, device, tc.target_accuracy[task], identity,
+                    Path(out_dir) / "checkpoint.pt")
 
 
 def new_model(run: RunSetup, seed: int, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -90,7 +90,8 @@ def virtual_clock(cfg: Config, run: RunSetup, model: nn.Module,
                             "afresh") from None
     if tc.gradient_s is not None:
         return Compute.scaled(run.trace.runtimes, tc.gradient_s, "config"), net
-    x, y = run.data.batch(run.data.train, run.streams.batch(0, np.array([0])))
+    x, y = run.data.batch(run.data.train, run.streams.batch(0, np.array([0])),
+                          run.streams.seeds(0, np.array([0])))
     seconds = time_gradient(model, x, y, tc.chunk_samples, run.device)
     logger.info("gradient time on %s: %.4g s per worker batch of %d (measured)", run.device,
                 seconds, tc.batch_size)

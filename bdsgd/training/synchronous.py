@@ -137,7 +137,8 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
             lr = tc.learning_rate * float(LR_SCALING[tc.lr_scaling](c / n))
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            x, y = data.batch(data.train, streams.batch(t, np.flatnonzero(obs.accepted)))
+            accepted = np.flatnonzero(obs.accepted)
+            x, y = data.batch(data.train, streams.batch(t, accepted), streams.seeds(t, accepted))
             # the two groups: the first ceil(c/2) accepted workers' samples and the rest, or
             # the two halves of one worker's batch (a batch of one sample has no halves)
             split = (c + 1) // 2 * tc.batch_size if c >= 2 else tc.batch_size // 2
