@@ -138,6 +138,9 @@ class TrainConfig:
     batch_size: int
     learning_rate: float
     momentum: float
+    weight_decay: float
+    lr_schedule: str
+    warmup_samples: int
     lr_scaling: str
     staleness_lr: str
     objective: str

@@ -8,6 +8,7 @@ step through these, so "one update" means the same arithmetic on a real and a vi
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -21,6 +22,22 @@ EVAL_BATCH = 256
 # train.staleness_lr (async, cyclic): a gradient's learning-rate factor given its staleness tau
 STALENESS_LR = {"none": lambda tau: np.ones_like(tau, dtype=float),
                 "inverse": lambda tau: 1.0 / np.maximum(1, tau)}
+
+
+def lr_factor(schedule: str, warmup: int, seen: int, step: int, total: int) -> float:
+    """The learning-rate schedule, in samples applied (train.lr_schedule, train.warmup_samples):
+    a step that applies ``step`` samples after ``seen`` of a run's ``total`` is taken at the
+    learning rate times
+
+        min(1, (seen + step) / warmup)        a linear warm-up (Goyal et al. 2017); 1 without
+      x 0.5 (1 + cos(pi seen / total))        cosine decay (Loshchilov & Hutter 2017); 1 constant
+
+    Counting samples rather than iterations moves the schedule by what a step applies: a cut to
+    c of n workers advances it by c b, not n b, and async's one gradient by b."""
+    warm = min(1.0, (seen + step) / warmup) if warmup > 0 else 1.0
+    if schedule == "constant":
+        return warm
+    return warm * 0.5 * (1.0 + math.cos(math.pi * min(seen / total, 1.0)))
 
 
 def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,

@@ -32,7 +32,7 @@ from bdsgd.loop import Server
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.policies.progress import LR_SCALING
 from bdsgd.provenance import stamp
-from bdsgd.sgd import apply_gradient, evaluate
+from bdsgd.sgd import apply_gradient, evaluate, lr_factor
 from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
@@ -85,7 +85,8 @@ class ParameterServer:
         torch.manual_seed(job.seed)
         self.model = self.data.make_model().to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.tc.learning_rate,
-                                         momentum=self.tc.momentum)
+                                         momentum=self.tc.momentum,
+                                         weight_decay=self.tc.weight_decay)
         self.params = parameters_to_vector(self.model.parameters()).numel()
         self.size = self.params + job.extra_parameters  # a message's, less its header
         self.inbox: queue.Queue = queue.Queue()
@@ -103,6 +104,7 @@ class ParameterServer:
         # when each worker was sent each iteration's parameters: a run-time is measured from there
         self.sent_at: dict[tuple[int, int], float] = {}
         self.stale = 0
+        self.seen = 0  # samples applied, for train.lr_schedule (bdsgd.sgd.lr_factor)
         self.observed: list[Observation] = []  # what the policy saw, for a resumed policy
         self.ckpt = Path(f"{Path(job.json).with_suffix('')}.checkpoint.pt")
 
@@ -188,7 +190,11 @@ class ParameterServer:
         cut = np.isnan(seen)
         self.runtimes[t, cut], self.censored[t, cut] = tau, True
         c_real = len(rnd.accepted)
-        lr = self.tc.learning_rate * float(LR_SCALING[self.tc.lr_scaling](c_real / self.n))
+        b = self.tc.batch_size
+        lr = self.tc.learning_rate * float(LR_SCALING[self.tc.lr_scaling](c_real / self.n)) * (
+            lr_factor(self.tc.lr_schedule, self.tc.warmup_samples, self.seen, c_real * b,
+                      self.job.iterations * self.n * b))
+        self.seen += c_real * b
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         grads = torch.stack([m[HEADER:HEADER + self.params] for m in rnd.accepted.values()]
@@ -204,6 +210,7 @@ class ParameterServer:
         state = self._resume()
         if state is not None:
             rows, start, wall_before = state["rows"], len(state["rows"]), state["wall_s"]
+            self.seen = self.tc.batch_size * sum(row["cutoff"] for row in rows)
         wandb = tracking.start(self.cfg, job.policy, f"distributed-{job.task}-{job.policy}-s"
                                f"{job.seed}", Path(job.json).parent, "wall_time_s",
                                task=job.task, trace=tc.trace, seed=job.seed)

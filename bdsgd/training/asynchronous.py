@@ -93,6 +93,9 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                                net.link_s)
         needed = np.bincount(sched.worker, minlength=n)  # each worker's gradients applied
         factor = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+        # each update's rate under train.lr_schedule: update u applies one worker's batch after
+        # u of them (bdsgd.sgd.lr_factor)
+        rates, total = np.zeros(rounds * n), rounds * n * tc.batch_size
         logger.info(f"train {task} / async / seed {seed}: n={n} workers, T={T} trace iterations, "
                     f"{rounds} rounds of n gradients, batch {tc.batch_size} per worker "
                     f"({streams.per_epoch} per epoch), lr {tc.learning_rate} / n per gradient "
@@ -124,6 +127,10 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
                 break
             losses = []
             for u in range(i * n, (i + 1) * n):
+                rates[u] = lr * sgd.lr_factor(tc.lr_schedule, tc.warmup_samples,
+                                              u * tc.batch_size, tc.batch_size, total)
+                for group in optimizer.param_groups:
+                    group["lr"] = float(rates[u])
                 grads, loss = flight.pop(int(sched.worker[u]))
                 if factor[u] != 1.0:  # scale the gradient, not the rate: momentum keeps its past
                     grads = [None if g is None else g * float(factor[u]) for g in grads]
@@ -139,7 +146,8 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
             rec.record(model, {
                 "iteration": i + 1, "virtual_time_s": now,
                 "cutoff": len(np.unique(sched.worker[rows])),
-                "iteration_time_s": now - rec.clock, "lr": lr * float(factor[rows].mean()),
+                "iteration_time_s": now - rec.clock,
+                "lr": float((rates[rows] * factor[rows]).mean()),
                 "train_loss": float(np.mean(losses)),
                 "gradients": n, "staleness": float(sched.staleness[rows].mean())},
                 lambda: run.save_checkpoint(r, model, optimizer, metrics=rec.log,

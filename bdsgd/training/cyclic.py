@@ -91,6 +91,7 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
                                 tc.max_iterations * n)
         groups, ends = sched.groups(), np.cumsum(sched.count)
         scale = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness)  # per applied gradient
+        rates, total = np.zeros(len(scale)), tc.max_iterations * n * tc.batch_size
         logger.info(f"train {task} / cyclic / seed {seed}: n={n} workers, T={T} trace "
                     f"iterations, {tc.max_iterations * n} gradients in {len(sched.worker)} "
                     f"pushes, batch {tc.batch_size} per worker ({streams.per_epoch} per epoch), "
@@ -132,6 +133,13 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
         for u in range(u0, len(sched.worker)):
             if rec.done:  # train.stop_at_target: the margin after the target is done
                 break
+            # the push's rate under train.lr_schedule: its m gradients after the ones before
+            m = int(sched.count[u])
+            rate = lr * sgd.lr_factor(tc.lr_schedule, tc.warmup_samples,
+                                      int(ends[u] - m) * tc.batch_size, m * tc.batch_size, total)
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+            rates[int(ends[u] - m):int(ends[u])] = rate
             grads, loss = pending.pop(u)
             sgd.apply_gradient(model, optimizer, grads)
             row_loss += loss
@@ -145,7 +153,8 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
             rec.record(model, {
                 "iteration": iteration, "virtual_time_s": now,
                 "cutoff": len(np.unique(sched.worker[rows])),
-                "iteration_time_s": now - rec.clock, "lr": lr * float(scale[gradients].mean()),
+                "iteration_time_s": now - rec.clock,
+                "lr": float((rates[gradients] * scale[gradients]).mean()),
                 "train_loss": row_loss / int(sched.count[rows].sum()),
                 "gradients": int(sched.count[rows].sum()),
                 "staleness": float(sched.staleness[gradients].mean())},

@@ -70,7 +70,8 @@ def new_model(run: RunSetup, seed: int, lr: float) -> tuple[nn.Module, torch.opt
     """The task's network (initialised from the seed) and its SGD with momentum."""
     torch.manual_seed(seed)
     model = run.data.make_model().to(run.device)
-    return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=run.tc.momentum)
+    return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=run.tc.momentum,
+                                  weight_decay=run.tc.weight_decay)
 
 
 def virtual_clock(cfg: Config, run: RunSetup, model: nn.Module,

@@ -16,7 +16,8 @@ mini-batch is lost and every worker starts afresh, as in Chen et al. (2016); und
 completes its gradient first. The update is SGD with momentum on the average of the accepted gradients,
 with learning rate lr * c_t / n under linear scaling (the gradient is an average over c_t * B
 samples, so its noise shrinks as c_t grows; Goyal et al. 2017), lr * sqrt(c_t / n) under
-square-root scaling (the step's noise stays the same), or lr under none.
+square-root scaling (the step's noise stays the same), or lr under none; times the schedule's
+factor at the samples applied so far (train.lr_schedule, ``bdsgd.sgd.lr_factor``).
 
 Under train.objective progress a predictive policy maximises the expected loss decrease per
 second instead of gradients per second (``bdsgd.policies.progress``), from the gradient noise
@@ -64,7 +65,7 @@ from bdsgd.errors import stop_requests
 from bdsgd.loop import Server, catch_up
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.policies.progress import LR_SCALING
-from bdsgd.sgd import noise_step, sgd_step
+from bdsgd.sgd import lr_factor, noise_step, sgd_step
 from bdsgd.training.record import Recorder, write_outputs
 from bdsgd.training.run import (
     clock_record,
@@ -109,6 +110,8 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
         rec = Recorder(cfg, r, policy, seed, out_dir, None if state is None else state["metrics"],
                        stop)
         start, clock = rec.last, rec.clock
+        # samples applied so far, and the run's, for train.lr_schedule (bdsgd.sgd.lr_factor)
+        seen, total = tc.batch_size * int(sum(rec.log["gradients"])), tc.max_iterations * n * tc.batch_size
         # train.objective progress: the policy learns the gradient noise scale from each
         # iteration's gradient statistics (None when c = 1: one group has no spread)
         progress = getattr(pol, "observe_gradients", None) if tc.objective == "progress" else None
@@ -134,7 +137,9 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
             duration = obs.duration * f + (step.policy_s if tc.charge_decision_time else 0.0)
             clock += duration
 
-            lr = tc.learning_rate * float(LR_SCALING[tc.lr_scaling](c / n))
+            lr = tc.learning_rate * float(LR_SCALING[tc.lr_scaling](c / n)) * lr_factor(
+                tc.lr_schedule, tc.warmup_samples, seen, c * tc.batch_size, total)
+            seen += c * tc.batch_size
             for group in optimizer.param_groups:
                 group["lr"] = lr
             accepted = np.flatnonzero(obs.accepted)
