@@ -149,6 +149,8 @@ def bill(cfg: Config, measured: dict[str, float] | None, device: str) -> dict:
         "job_hours": sum(j.count * j.charged_hours for j in rows),
         "runs_over_their_limit": [j.name for j in over],
         "modes": [p for p in cfg.training().policies if p in MODES],
+        # under train.stop_at_target a run ends a margin after its target: I is then a bound
+        "upper_bound": cfg.training().stop_at_target is not None,
     }
 
 
@@ -163,7 +165,9 @@ def format_bill(plan: dict) -> str:
         lines.append(f"{j['rule']:<22}{j['name']:<28}{j['count']:>5}{j['gpus']:>6}"
                      f"{j['mem_mb'] or '-':>8}{j['limit_min'] or '-':>10}{each:>9}")
     lines.append(f"total: {plan['gpu_hours']:.1f} GPU-hours, {plan['job_hours']:.1f} job-hours "
-                 f"(limits where no estimate)")
+                 f"(limits where no estimate"
+                 + ("; runs stop after their target, so at most" if plan["upper_bound"] else "")
+                 + ")")
     if plan["runs_over_their_limit"]:
         lines.append("over resources.train_runtime_min (they need a longer limit or a requeue): "
                      + ", ".join(plan["runs_over_their_limit"]))
