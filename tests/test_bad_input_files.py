@@ -184,13 +184,18 @@ CSV_CONTENT = {
 }
 
 
-@pytest.mark.parametrize("case", CSV_CONTENT)
-def test_csv_import_with_bad_content(case, tmp_path, capsys):
-    text, field = CSV_CONTENT[case]
+def assert_import_refused(fmt: str, text: str, field: str, tmp_path, capsys) -> None:
+    """`bdsgd traces import --format FMT` of a file holding ``text``: one line naming the
+    file and ``field``, and no trace written."""
     src, out = tmp_path / "in.csv", tmp_path / "out.parquet"
     src.write_text(text)
-    assert_one_error(bdsgd(capsys, "traces", "import", "--format", "csv", src, out),
+    assert_one_error(bdsgd(capsys, "traces", "import", "--format", fmt, src, out),
                      src, field, (out,))
+
+
+@pytest.mark.parametrize("case", CSV_CONTENT)
+def test_csv_import_with_bad_content(case, tmp_path, capsys):
+    assert_import_refused("csv", *CSV_CONTENT[case], tmp_path, capsys)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "alibaba-pai"])
@@ -246,11 +251,7 @@ PAI_CONTENT = {
 
 @pytest.mark.parametrize("case", PAI_CONTENT)
 def test_alibaba_pai_import_with_bad_content(case, tmp_path, capsys):
-    text, field = PAI_CONTENT[case]
-    src, out = tmp_path / "job.csv", tmp_path / "out.parquet"
-    src.write_text(text)
-    assert_one_error(bdsgd(capsys, "traces", "import", "--format", "alibaba-pai", src, out),
-                     src, field, (out,))
+    assert_import_refused("alibaba-pai", *PAI_CONTENT[case], tmp_path, capsys)
 
 
 def test_good_pai_rows_import(tmp_path, capsys):
