@@ -34,7 +34,8 @@ import numpy as np
 
 from bdsgd.config import Config
 from bdsgd.cutoff import Observation, observation
-from bdsgd.network import Network
+from bdsgd.errors import UserError
+from bdsgd.network import SERVERLESS, Network
 
 LATE = ("abandon", "finish")
 CLOCKS = ("recorded", "scaled")
@@ -47,6 +48,14 @@ def network(cfg: Config, gradient_bytes: float) -> Network:
     net = cfg.network
     return Network(net.topology, cfg.throughput.comm_s, float(gradient_bytes),
                    net.bandwidth_gbit_s * BYTES_PER_GBIT, net.latency_s, net.shards)
+
+
+def require_server(cfg: Config, what: str) -> None:
+    """Asynchronous pushes (``what``: the mode or the reference that makes them) need a server:
+    a serverless topology is the config's error."""
+    if cfg.network.topology in SERVERLESS:
+        raise UserError(cfg.source, "network.topology", f"{cfg.network.topology} has no server "
+                        f"for {what} to push to: choose ps, sharded or constant")
 
 
 def replay_network(cfg: Config, comm_s: float | None = None) -> Network:

@@ -20,6 +20,7 @@ on a synthetic chunk of train.chunk_samples, ``bdsgd.sgd.time_gradient``) or tak
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -143,7 +144,7 @@ def bill(cfg: Config, measured: dict[str, float] | None, device: str) -> dict:
         "experiment": cfg.experiment, "device": device,
         "seconds_per_sample": per_sample,
         "seconds_per_sample_from": "measured here" if measured else "SECONDS_PER_SAMPLE",
-        "jobs": [{**j.__dict__, "charged_hours": j.charged_hours} for j in rows],
+        "jobs": [{**dataclasses.asdict(j), "charged_hours": j.charged_hours} for j in rows],
         "total_jobs": sum(j.count for j in rows),
         "gpu_hours": sum(j.count * j.gpus * j.charged_hours for j in rows),
         "job_hours": sum(j.count * j.charged_hours for j in rows),

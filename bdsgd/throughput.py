@@ -33,12 +33,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bdsgd.clock import replay_network
+from bdsgd.clock import replay_network, require_server
 from bdsgd.config import default_config
 from bdsgd.cutoff import hindsight_optimum, throughput
 from bdsgd.errors import UserError
 from bdsgd.loop import Replay, replay
-from bdsgd.network import SERVERLESS, Network
+from bdsgd.network import Network
 from bdsgd.policies import RULES, is_known, spec
 from bdsgd.policies.base import Policy
 from bdsgd.policies.build import build_policy, load_inputs
@@ -115,9 +115,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
     require_cutoff(trace, trace_path)
-    if "async" in policies and net.topology in SERVERLESS:
-        raise UserError(resolved.source, "network.topology", f"{net.topology} has no server for "
-                        f"the async reference to push to: choose ps, sharded or constant")
+    if "async" in policies:
+        require_server(resolved, "the async reference")
     inputs = load_inputs([p for p in policies if p != "async"], trace_path, model_path)
     history = read_history(history_path, trace, trace_path)
 

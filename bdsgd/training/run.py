@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from bdsgd.clock import Compute, network
+from bdsgd.clock import Compute, network, require_server
 from bdsgd.config import Config
 from bdsgd.devices import select_device
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
-from bdsgd.network import SERVERLESS, Network
+from bdsgd.network import Network
 from bdsgd.runtime_model.checkpoint import read_state
 from bdsgd.schedules import MODES
 from bdsgd.sgd import time_gradient
@@ -48,9 +48,8 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     if task not in tc.target_accuracy:
         raise UserError(cfg.source, f"train.target_accuracy.{task}",
                         f"no target accuracy for task {task!r}: time-to-accuracy needs one")
-    if policy in MODES and cfg.network.topology in SERVERLESS:
-        raise UserError(cfg.source, "network.topology", f"{cfg.network.topology} has no server "
-                        f"for {policy} to push to: choose ps, sharded or constant")
+    if policy in MODES:
+        require_server(cfg, policy)
     device = select_device(tc.device, source=cfg.source)
     data = load_task(task, tc.data_dir, tc.loader_workers, pin=device.type == "cuda")
     history = read_history(history_path, trace, str(trace_path))
