@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker WORKER SIGKILLs itself when iteration ITERATION starts")
     p.add_argument("--delay-s", type=flags.non_negative_float, default=0.0,
                    help="seconds added to every gradient (stands in for a bigger model)")
-    p.add_argument("--extra-parameters", type=flags.non_negative_int, default=0,
+    p.add_argument("--extra-parameters", type=flags.non_negative_int, default=0, metavar="N",
                    help="zeros sent with every message (a bigger model's bytes)")
     p.add_argument("--delay-trace", metavar="TRACE",
                    help="run-times replayed inside the workers: worker w waits x[t mod T, w]")
@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "GPU-hours, before you submit")
     p.add_argument("--config", required=True, help="experiment config (the one you will submit)")
     p.add_argument("--measure", action="store_true",
-                   help="time each task's network on this machine's device (train.device) "
+                   help="time each task's network on this machine, on the runs' device (--device) "
                         "instead of the documented seconds per sample")
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="the device the runs will train on (default: train.device; auto: cuda "
