@@ -1,9 +1,9 @@
 """Shared fixtures: a tiny experiment config written to disk like a user's, and the session's
-runs of the tiny DAG: once locally, its stages once by hand, once on SLURM (where SLURM's daemons
-are installed).
+runs: the tiny DAG once locally, its stages once by hand, once on SLURM (where SLURM's daemons
+are installed), and the real distributed jobs.
 
 The runs the selected tests read start in the background as soon as the tests are collected (on
-two threads of this process that wait on their subprocesses, in this environment as it was then),
+three threads of this process that wait on their subprocesses, in this environment as it was then),
 and the test modules that read them run last: meanwhile the other tests run. No test writes into a
 run.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.distributed_jobs import run_distributed_jobs
 from tests.helpers import (
     run_dag,
     run_stages_by_hand,
@@ -32,11 +33,12 @@ from tests.slurm_cluster import run_on_slurm
 
 # The session's runs, in the order they start: fixture name -> what it does, in a working
 # directory of its own, with the tiny DAG's config file and the environment to run in.
-RUNS = {"tiny_dag": run_dag, "slurm_runs": run_on_slurm, "stages_by_hand": run_stages_by_hand}
+RUNS = {"tiny_dag": run_dag, "slurm_runs": run_on_slurm, "distributed_jobs": run_distributed_jobs,
+        "stages_by_hand": run_stages_by_hand}
 
 
 class Background:
-    """The session's runs, each started once, two at a time, on background threads."""
+    """The session's runs, each started once, three at a time, on background threads."""
 
     def __init__(self):
         self.root: Path | None = None
@@ -47,7 +49,7 @@ class Background:
     def config(self) -> tuple[Path, dict]:
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="bdsgd-session-"))
-            self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bdsgd-session",
+            self.pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="bdsgd-session",
                                            initializer=_yield_to_the_tests)
             # the runs' environment: this one before any test changes it (monkeypatch.setenv)
             self.environ = dict(os.environ)
@@ -151,3 +153,9 @@ def slurm_runs() -> dict:
     """The same DAG on a single-node SLURM started for it, through each profile at once
     (slurm_cluster.run_on_slurm): what that returns."""
     return BACKGROUND.result("slurm_runs")[3]
+
+
+@pytest.fixture(scope="session")
+def distributed_jobs() -> dict:
+    """The real distributed jobs (distributed_jobs.run_distributed_jobs): what that returns."""
+    return BACKGROUND.result("distributed_jobs")[3]

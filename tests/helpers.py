@@ -85,11 +85,15 @@ def stop_subprocesses() -> None:
         _kill_group(proc)
 
 
-def run_cli(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m bdsgd ARGS`` as a user would; fail the test with its output if asked."""
-    env = dict(os.environ, PYTHONWARNINGS="error::DeprecationWarning:bdsgd")
-    proc = subprocess.run([sys.executable, "-m", "bdsgd", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or REPO, env=env, timeout=600)
+def run_cli(*args: str, check: bool = True, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m bdsgd ARGS`` as a user would, in ``env`` (default: this process's
+    environment), stopped with the session (``run_stoppable``); fail the test with its output
+    if asked."""
+    env = dict(os.environ if env is None else env,
+               PYTHONWARNINGS="error::DeprecationWarning:bdsgd")
+    proc = run_stoppable([sys.executable, "-m", "bdsgd", *map(str, args)], timeout=600,
+                         cwd=cwd or REPO, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"bdsgd {' '.join(map(str, args))} exited {proc.returncode}:\n"
                              f"{proc.stdout}\n{proc.stderr}")

@@ -202,11 +202,17 @@ STRAGGLER = {"workers": 1, "policy": "static", "iterations": 30, "delay_s": 0.02
 # not 10 or 30 (the profiles' values suit a cluster with hundreds of jobs); outputs are on this
 # machine's disk: no latency to wait.
 FAST = ("--latency-wait", "5", "--seconds-between-status-checks", "2")
-# profile -> its flags for a test, and how its output names a submitted job's SLURM id
+# profile -> its flags for a test, how its output names a submitted job's SLURM id, and the
+# targets it makes (None: the whole DAG). profiles/slurm runs every rule; profiles/cluster-generic,
+# whose submission and status scripts are what it adds, the imported trace's stages (import,
+# split, run-time model, throughput) and the distributed job: the same kinds of job (one core,
+# a model's threads, workers + 1 tasks) at a third of the CPU.
 PROFILES = {
     "slurm": ((*FAST, "--slurm-init-seconds-before-status-checks", "2"),
-              r"has been submitted with SLURM jobid (\d+)"),
-    "cluster-generic": (FAST, r"with external jobid '(\d+)'"),
+              r"has been submitted with SLURM jobid (\d+)", None),
+    "cluster-generic": (FAST, r"with external jobid '(\d+)'",
+                        ("results/tiny/throughput/pai/throughput.json",
+                         "results/tiny/distributed/straggler/result.json")),
 }
 MAX_RUN_S = 600
 
@@ -250,13 +256,14 @@ def run_on_slurm(workdir: Path, config: Path, env: dict[str, str] | None = None)
     cluster.root.mkdir()
 
     def run(profile: str) -> dict:
-        flags, submitted = PROFILES[profile]
+        flags, submitted, targets = PROFILES[profile]
         run_dir = workdir / f"run-{profile}"
         run_dir.mkdir()
         start = time.monotonic()
         proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(run_dir),
                          "--profile", str(REPO / "profiles" / profile), "--configfile",
-                         str(config), *flags, timeout=MAX_RUN_S + 60, env=cluster.env)
+                         str(config), *flags, *(targets or ()), timeout=MAX_RUN_S + 60,
+                         env=cluster.env)
         took = time.monotonic() - start
         out = proc.stdout + proc.stderr
         ids = set(re.findall(submitted, out))

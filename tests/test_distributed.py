@@ -1,15 +1,9 @@
-"""Real distributed training: a parameter server and 3 workers on gloo (CPU), each job a real
-`bdsgd distributed` command; no process may outlive it. The commands it must refuse are refused
-before any process starts: those run in this process."""
+"""Real distributed training: a parameter server and 3 workers on gloo (CPU), the session's jobs
+(tests/distributed_jobs.py), each a real `bdsgd distributed` command. The commands it must
+refuse are refused before any process starts: those run in this process."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,38 +17,12 @@ from bdsgd.devices import select_device
 from bdsgd.distributed.ps import Round
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
-from tests.helpers import REPO, run_cli
-
-WORKERS = 3
-
-
-def write_config(path: Path) -> Path:
-    path.write_text(yaml.safe_dump({
-        "experiment": "dist", "traces": {"t": {"source": "simulate"}},
-        "policies": {"static_backups": 1},  # static: c = n - 1
-        "train": {"trace": "t", "tasks": ["digits"], "batch_size": 16, "eval_every": 10}}))
-    return path
+from tests.distributed_jobs import WORKERS, Resumed, processes_of, write_config
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "config.yaml")
-
-
-def distributed(tmp_path: Path, config: Path, name: str, *flags: str, check: bool = True):
-    """Run `bdsgd distributed` with 3 workers; (its result, its process). Afterwards no process
-    of the job (whose command line holds the result's path) may still run."""
-    out = tmp_path / f"{name}.json"
-    delay = () if "--delay-s" in flags else ("--delay-s", "0.02")
-    proc = run_cli("distributed", "--workers", WORKERS, "--config", config, "--json", out,
-                   *delay, *flags, check=check)
-    no_process_left(out)
-    return (json.loads(out.read_text()) if out.exists() else None), proc
-
-
-def no_process_left(out: Path) -> None:
-    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
-    assert not left.strip(), f"processes left behind: {left}"
 
 
 def refused(tmp_path: Path, config: Path, capsys, *flags: str) -> str:
@@ -63,23 +31,9 @@ def refused(tmp_path: Path, config: Path, capsys, *flags: str) -> str:
     out = tmp_path / "bad.json"
     code = main(["distributed", "--workers", str(WORKERS), "--config", str(config),
                  "--json", str(out), "--delay-s", "0.02", *flags])
-    no_process_left(out)
+    assert not processes_of(out)
     assert code == 2 and not out.exists()
     return capsys.readouterr().err
-
-
-@pytest.fixture(scope="module")
-def straggler(tmp_path_factory) -> dict[str, tuple[dict, subprocess.CompletedProcess]]:
-    """Worker 1 takes 5x as long, 30 iterations: sync (whose worker 2 also dies at iteration 5),
-    static (c = n - 1, late gradients abandoned) and static with late: finish, its messages
-    padded to a bigger model's; their results and processes."""
-    tmp = tmp_path_factory.mktemp("straggler")
-    config = write_config(tmp / "config.yaml")
-    common = ("--iterations", "30", "--inject-straggler", "1:5")
-    jobs = {"sync": ("--policy", "sync", "--kill-worker", "2:5"),
-            "static": ("--policy", "static"),
-            "finish": ("--policy", "static", "--late", "finish", "--extra-parameters", "5000")}
-    return {name: distributed(tmp, config, name, *flags, *common) for name, flags in jobs.items()}
 
 
 def test_a_round_applies_only_its_own_iterations_gradients():
@@ -93,10 +47,10 @@ def test_a_round_applies_only_its_own_iterations_gradients():
 
 
 @pytest.mark.slow
-def test_cutting_an_injected_straggler_is_faster_in_wall_time(straggler):
+def test_cutting_an_injected_straggler_is_faster_in_wall_time(distributed_jobs):
     """Worker 1 takes 5x as long: static (c = n - 1) finishes 30 iterations in clearly less
     wall time than sync, which waits for it every time."""
-    (sync, _), (static, _) = straggler["sync"], straggler["static"]
+    (sync, _), (static, _) = distributed_jobs["sync"], distributed_jobs["static"]
     assert sync["iterations"] == static["iterations"] == 30
     assert static["wall_s"] < 0.5 * sync["wall_s"]
     assert static["gradients"] == 30 * (WORKERS - 1)
@@ -106,10 +60,10 @@ def test_cutting_an_injected_straggler_is_faster_in_wall_time(straggler):
 
 
 @pytest.mark.slow
-def test_a_killed_worker_is_censored_and_training_goes_on(straggler):
+def test_a_killed_worker_is_censored_and_training_goes_on(distributed_jobs):
     """Worker 2 of the sync job SIGKILLs itself at iteration 5: it is found dead, censored from
     then on, and the job trains its 30 iterations on the others."""
-    result, proc = straggler["sync"]
+    result, proc = distributed_jobs["sync"]
     assert result["iterations"] == 30
     assert [d["worker"] for d in result["dead_workers"]] == [2]
     assert "worker 2 is dead" in proc.stdout
@@ -119,11 +73,12 @@ def test_a_killed_worker_is_censored_and_training_goes_on(straggler):
 
 
 @pytest.mark.slow
-def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(straggler, tmp_path):
+def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(distributed_jobs, tmp_path):
     """late: finish: the straggler's gradients all arrive after the cutoff, are counted as stale
     and never applied (every iteration applies exactly c gradients), and its run-times turn from
-    censored to observed in the recorded trace, which validates and trains a run-time model."""
-    (finish, _), (abandon, _) = straggler["finish"], straggler["static"]  # abandon: the default
+    censored to observed in the recorded trace, which validates and trains a run-time model. The
+    job was killed and resumed on the way: all of it holds across the resume."""
+    finish, (abandon, _) = distributed_jobs["finish"].result, distributed_jobs["static"]
     assert finish["stale_discarded"] > 0
     assert finish["gradients"] == pd.read_parquet(finish["metrics"])["cutoff"].sum() == 30 * 2
     assert finish["censored_fraction"] < abandon["censored_fraction"]
@@ -182,34 +137,13 @@ def test_asking_for_cuda_without_a_gpu_is_one_line_error(tmp_path, config, capsy
 
 
 @pytest.mark.slow
-def test_a_killed_job_resumes_from_the_servers_checkpoint(tmp_path, config):
+def test_a_killed_job_resumes_from_the_servers_checkpoint(distributed_jobs):
     """SIGKILL the whole job (server, workers, launcher) once the server has checkpointed: no
     process is left, and the same command resumes from the checkpoint instead of from zero."""
-    cfg = yaml.safe_load(config.read_text())
-    cfg["train"]["checkpoint_every"] = 5
-    config.write_text(yaml.safe_dump(cfg))
-    out = tmp_path / "resume.json"
-    args = [sys.executable, "-m", "bdsgd", "distributed", "--workers", str(WORKERS), "--config",
-            str(config), "--json", str(out), "--policy", "sync", "--iterations", "30",
-            "--delay-s", "0.05"]
-    job = subprocess.Popen(args, start_new_session=True, cwd=REPO, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-    checkpoint = tmp_path / "resume.checkpoint.pt"
-    try:
-        deadline = time.monotonic() + 120
-        while not checkpoint.exists() and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert checkpoint.exists() and job.poll() is None
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-    time.sleep(0.5)
-    assert not subprocess.run(["pgrep", "-f", str(out)], capture_output=True).stdout
-    assert not out.exists()
-    result, proc = distributed(tmp_path, config, "resume", "--policy", "sync", "--iterations",
-                               "30", "--delay-s", "0.05")
-    assert "resumed from" in proc.stdout
-    assert result["resumed_from_iteration"] >= 5 and result["iterations"] == 30
-    assert not checkpoint.exists()
-    metrics = pd.read_parquet(result["metrics"])
+    run: Resumed = distributed_jobs["finish"]
+    assert run.checkpointed and not run.left and not run.wrote_result
+    assert "resumed from" in run.proc.stdout
+    assert run.result["resumed_from_iteration"] >= 5 and run.result["iterations"] == 30
+    assert not Path(run.result["metrics"]).with_name("finish.checkpoint.pt").exists()
+    metrics = pd.read_parquet(run.result["metrics"])
     assert metrics["iteration"].tolist() == list(range(1, 31))

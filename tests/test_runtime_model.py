@@ -72,7 +72,7 @@ def trained(tmp_path_factory):
     """A small model trained long enough to have learnt something (shared by several tests)."""
     out = tmp_path_factory.mktemp("m") / "model.pt"
     trace = from_arrays(cluster(120, 8, seed=1), meta={"source": "sim"})
-    train_model(trace, tiny(epochs=25), seed=0, out=out, progress=False)
+    train_model(trace, tiny(epochs=12), seed=0, out=out, progress=False)
     return out
 
 

@@ -1,7 +1,8 @@
 """The DAG on a real SLURM: a single-node cluster started for these tests (tests/slurm_cluster.py:
 run_on_slurm, in the background from the session's start) runs the session's tiny DAG through
-profiles/slurm and profiles/cluster-generic, every job as a SLURM job, with the result tables of
-the session's local run (conftest.py: tiny_dag), byte for byte; and a dry run shows what each
+profiles/slurm and (a part of it: slurm_cluster.PROFILES) profiles/cluster-generic, every job as
+a SLURM job, with the result tables of the session's local run (conftest.py: tiny_dag), byte for
+byte; and a dry run shows what each
 paper job asks SLURM for."""
 
 from __future__ import annotations
@@ -42,10 +43,14 @@ def test_tiny_dag_on_slurm_equals_the_local_run(slurm_runs, tiny_dag, profile):
     assert len(run["ids"]) == remote, (stats, run["ids"])
     assert set(run["states"].values()) == {"COMPLETED"}, run["states"]
 
-    # the tables of the local run (a trace's provenance stamp aside: tests.helpers.stamp_free)
+    # the tables of the local run (a trace's provenance stamp aside: tests.helpers.stamp_free):
+    # all of them, or those of the profile's targets
     local, _, _ = tiny_dag
     ours, theirs = result_tables(run["dir"], "tiny"), result_tables(local, "tiny")
-    assert sorted(ours) == sorted(theirs) and len(ours) > 10, sorted(ours)
+    if PROFILES[profile][2] is None:
+        assert sorted(ours) == sorted(theirs) and len(ours) > 10, sorted(ours)
+    else:
+        assert set(ours) <= set(theirs) and len(ours) >= 4, sorted(ours)
     assert [f for f in ours if stamp_free(ours[f]) != stamp_free(theirs[f])] == []
     assert (run["dir"] / "results/tiny/distributed/straggler/result.json").is_file()
 
