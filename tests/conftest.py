@@ -21,6 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+# The session's runs and the tests share 2 cores with many processes: torch's idle OpenMP
+# threads sleep instead of spinning on a core another process needs (set before torch loads;
+# the runs and every command a test starts inherit it).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from tests.distributed_jobs import run_distributed_jobs
 from tests.helpers import (
     run_dag,
