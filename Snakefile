@@ -31,7 +31,7 @@ include: "workflow/rules/figures.smk"
 # bdsgd.stages.STAGE_READS; name: its instance). A rule's own wildcard_constraints only pick, of
 # the traces, those of the sources it makes.
 wildcard_constraints:
-    trace=one_of(config["traces"]),
+    trace=f"{one_of(config['traces'])}|{traces_from('simulate')}",
     task=one_of(TRAIN["tasks"]),
     policy=one_of(TRAIN["policies"]),
     seed=r"\d+",

@@ -172,7 +172,7 @@ def cmd_train(args):
     from bdsgd.training import train_run
 
     check_output("--out", args.out, folder=True)
-    cfg = load_stage_config(args.config, "train")
+    cfg = load_stage_config(args.config, "train", args.task)
     train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
               out_dir=args.out, model_path=args.model, history_path=args.history)
 

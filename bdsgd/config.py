@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from bdsgd.errors import UserError
+from bdsgd.layout import cluster_draw
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
@@ -130,7 +131,7 @@ class NetworkConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    trace: str
+    trace: str | tuple[str, ...]  # one trace, or several: ``Config.train_traces``
     tasks: tuple[str, ...]
     policies: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -141,6 +142,7 @@ class TrainConfig:
     weight_decay: float
     lr_schedule: str
     warmup_samples: int
+    lr_batch: int | None
     lr_scaling: str
     staleness_lr: str
     objective: str
@@ -157,6 +159,7 @@ class TrainConfig:
     charge_decision_time: bool
     device: str
     threads: int
+    recipes: dict[str, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,35 @@ class Config:
                             f"no trace named {name!r}; have {sorted(self.traces)}")
         return self.traces[name]
 
+    def cluster_of(self, trace: str, seed: int) -> str:
+        """The cluster a convergence run of ``seed`` replays on ``trace``: of a simulated trace,
+        its draw for the seed (``bdsgd.layout.cluster_draw``); a recorded trace, itself."""
+        return cluster_draw(trace, seed) if self.trace(trace).source == "simulate" else trace
+
+    def for_task(self, task: str) -> Config:
+        """This config as a run of ``task`` reads it: train:'s keys that the task's recipe sets
+        (train.recipes) replaced by the recipe's; itself where they already are."""
+        tc = self.training()
+        recipe = tc.recipes.get(task, {})
+        if all(getattr(tc, key) == value for key, value in recipe.items()):
+            return self
+        return dataclasses.replace(self, train=dataclasses.replace(tc, **recipe))
+
+    def train_traces(self) -> tuple[str, ...]:
+        """The traces the convergence runs replay (train.trace: one name or a list)."""
+        trace = self.training().trace
+        return (trace,) if isinstance(trace, str) else trace
+
+    def run_trace(self) -> str:
+        """The one trace a convergence run replays: train.trace's; a list is refused (the workflow
+        writes each run a config naming its own trace)."""
+        traces = self.train_traces()
+        if len(traces) > 1:
+            raise UserError(self.source, "train.trace", f"lists {len(traces)} traces; a "
+                            "convergence run replays one: name it alone (the workflow writes each "
+                            "run's config so)")
+        return traces[0]
+
     def training(self) -> TrainConfig:
         """The train: section, for the commands that read it (a stage's slice may leave it out)."""
         if self.train is None:
@@ -299,9 +331,11 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if spec["source"] == "import" and not (spec.get("path") and spec.get("format")):
             raise UserError(source, f"traces.{name}", "source 'import' needs 'path' and 'format'")
     train = data.get("train")
-    if train is not None and train["trace"] not in data["traces"]:
-        raise UserError(source, "train.trace",
-                        f"{train['trace']!r} is not one of traces: {sorted(data['traces'])}")
+    for name in [] if train is None else [train["trace"]] if isinstance(train["trace"], str) \
+            else train["trace"]:
+        if name not in data["traces"]:
+            raise UserError(source, "train.trace",
+                            f"{name!r} is not one of traces: {sorted(data['traces'])}")
     traces = {
         name: TraceSpec(
             source=spec["source"],

@@ -7,7 +7,9 @@ per job) and figures/<experiment>/::
     results/<experiment>/traces/<trace>/{trace,train,test}.parquet, <part>.truth.npz, describe.json
     results/<experiment>/models/<trace>/{model.pt,evaluation.json,predictions.parquet}
     results/<experiment>/throughput/<trace>/{throughput.json,decisions.parquet,comm_sweep.csv}
-    results/<experiment>/runs/<task>/<policy>/seed<k>/{result.json,metrics.parquet,model.pt}
+    results/<experiment>/traces/<trace>/draw<s>/...    a simulated trace's cluster for run seed s
+    results/<experiment>/models/<trace>/draw<s>/model.pt
+    results/<experiment>/runs/<trace>/<task>/<policy>/seed<k>/{result.json,metrics.parquet,model.pt}
     results/<experiment>/distributed/<job>/result{.json,.metrics.parquet,.trace.parquet}
 
 The workflow's rules declare their inputs, outputs and logs from here, and ``bdsgd figures`` finds
@@ -22,8 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ANY = "*"  # a part that matches every value, for find
+DRAW = "/draw"  # a simulated trace's cluster drawn for one run seed: <trace>/draw<s>
 TRACE, TASK, POLICY, SEED, JOB = "{trace}", "{task}", "{policy}", "{seed}", "{job}"
 STAGE, NAME = "{stage}", "{name}"
+
+
+def cluster_draw(trace: str, seed: int) -> str:
+    """The name of the cluster a convergence run of ``seed`` replays on a simulated ``trace``:
+    the trace itself for seed 0, else ``<trace>/draw<seed>``, the scenario drawn again with the
+    config's seed + ``seed`` (a recorded trace has one cluster: its runs all replay it)."""
+    return trace if seed == 0 else f"{trace}{DRAW}{seed}"
+
+
+def drawn_from(name: str) -> tuple[str, int]:
+    """(trace, seed) of a name ``cluster_draw`` made; (name, 0) of a trace's own."""
+    trace, _, seed = name.partition(DRAW)
+    return trace, int(seed or 0)
 
 
 @dataclass(frozen=True)
@@ -66,13 +82,15 @@ class Layout:
         """A trace's replay under every policy, or its "decisions.parquet"."""
         return f"{self.results}/throughput/{trace}/{file}"
 
-    def run_dir(self, task: str = TASK, policy: str = POLICY, seed: str | int = SEED) -> str:
+    def run_dir(self, trace: str = TRACE, task: str = TASK, policy: str = POLICY,
+                seed: str | int = SEED) -> str:
         """One convergence run's folder (``bdsgd train --out``)."""
-        return f"{self.results}/runs/{task}/{policy}/seed{seed}"
+        return f"{self.results}/runs/{trace}/{task}/{policy}/seed{seed}"
 
-    def run(self, file: str, task: str = TASK, policy: str = POLICY, seed: str | int = SEED) -> str:
+    def run(self, file: str, trace: str = TRACE, task: str = TASK, policy: str = POLICY,
+            seed: str | int = SEED) -> str:
         """A file of one convergence run: result.json, metrics.parquet or model.pt."""
-        return f"{self.run_dir(task, policy, seed)}/{file}"
+        return f"{self.run_dir(trace, task, policy, seed)}/{file}"
 
     def distributed(self, job: str = JOB, file: str = "result.json") -> str:
         """A distributed job's result, or the result.metrics.parquet or result.trace.parquet
@@ -88,7 +106,7 @@ class Layout:
     # --------------------------------------------------------------------------- logs
     def log(self, *parts: str) -> str:
         """The log of one job: logs/<experiment>/<parts joined by />.log; the rules name theirs
-        after what the job makes (traces/<trace>/simulate, runs/<task>/<policy>/seed<k>)."""
+        after what the job makes (traces/<trace>/simulate, runs/<trace>/<task>/<policy>/seed<k>)."""
         return f"{self.logs}/{'/'.join(parts)}.log"
 
     def trace_log(self, step: str, trace: str = TRACE) -> str:
@@ -102,8 +120,9 @@ class Layout:
     def throughput_log(self, trace: str = TRACE) -> str:
         return self.log("throughput", trace)
 
-    def run_log(self, task: str = TASK, policy: str = POLICY, seed: str | int = SEED) -> str:
-        return self.log("runs", task, policy, f"seed{seed}")
+    def run_log(self, trace: str = TRACE, task: str = TASK, policy: str = POLICY,
+                seed: str | int = SEED) -> str:
+        return self.log("runs", trace, task, policy, f"seed{seed}")
 
     def distributed_log(self, job: str = JOB) -> str:
         return self.log("distributed", job)

@@ -4,8 +4,10 @@ cluster for, and how long the convergence runs will take.
 The jobs are the workflow's rules, counted from the config as the DAG makes them (a test holds
 the counts to a Snakemake dry run's): per trace, the rule that makes it (simulate, import or
 gather), its split, its description and figures, the run-time model's training and evaluation
-and the throughput replay; a convergence run per task x policy x seed; each distributed job;
-the figures. Each carries its rule's requests (``resources:`` and ``train.device``).
+and the throughput replay; for a simulated trace of train.trace, the cluster drawn for each run
+seed but 0 (simulated, split, modelled); a convergence run per trace x task x policy x seed;
+each distributed job; the figures. Each carries its rule's requests (``resources:`` and
+``train.device``).
 
 A convergence run's time is estimated, not limited: per iteration the n workers' union batch,
 n b samples, each costing s seconds forward and backward on the run's device, plus an evaluation
@@ -25,16 +27,18 @@ import math
 from dataclasses import dataclass
 
 from bdsgd.config import Config
+from bdsgd.policies import spec as policy_spec
 from bdsgd.schedules import MODES
 
-# s, seconds per sample of forward and backward, where nothing is measured: on a GPU, an H100's
-# at 158 workers x 32 samples in chunks of 1,024 (benchmarks/results.md: bench_trainer.py;
-# digits as MNIST); on a CPU, this machine's, one thread, chunks of 64 (`bdsgd plan --measure
-# --device cpu`). ImageNet on a GPU is the serial JPEG decoder's, 20-40 s an iteration of 5,056
-# images, which no GPU speeds up; on a CPU the network's, 53 ms a sample, dwarfs decoding.
+# s, seconds per sample of forward and backward, where nothing is measured. On a GPU: MNIST
+# (digits as MNIST), an H100's at 158 workers x 32 samples in chunks of 1,024 (benchmarks/
+# results.md: bench_trainer.py); CIFAR-10's ResNet-20 that H100 figure times its 4x the small
+# VGG's multiply-adds; ImageNet, what 12 loader processes decode (benchmarks/bench_loader.py:
+# ~200 JPEGs/s a core), which a GPU's ResNet-18 outpaces. On a CPU, this machine's, one thread,
+# chunks of 64 (`bdsgd plan --measure --device cpu`): there the networks dwarf decoding.
 SECONDS_PER_SAMPLE = {
-    "cuda": {"digits": 4.5e-6, "mnist": 4.5e-6, "cifar10": 9.2e-6, "imagenet": 6e-3},
-    "cpu": {"digits": 3.3e-6, "mnist": 1.7e-4, "cifar10": 5.2e-4, "imagenet": 5.3e-2},
+    "cuda": {"digits": 4.5e-6, "mnist": 4.5e-6, "cifar10": 3.7e-5, "imagenet": 4.5e-4},
+    "cpu": {"digits": 3.3e-6, "mnist": 1.7e-4, "cifar10": 3.5e-3, "imagenet": 5.3e-2},
 }
 TEST_SAMPLES = {"digits": 360, "mnist": 10_000, "cifar10": 10_000, "imagenet": 50_000}
 LOCAL = ("all", "stage_config", "resolved_config")  # rules that run where Snakemake runs
@@ -86,19 +90,42 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list
                   for rule in ("train_model", "evaluate_model")),
                 Job("throughput", name, 1, 0, res.throughput_mem_mb, res.throughput_runtime_min,
                     None)]
-    n = trace_workers(cfg, tc.trace)
+    out += _draws(cfg)
     gpus = 0 if device == "cpu" else res.train_gpus
-    for task in tc.tasks:
-        s = seconds_per_sample[task]
-        seconds = (tc.max_iterations * n * tc.batch_size * s
-                   + math.ceil(tc.max_iterations / tc.eval_every) * TEST_SAMPLES[task] * s / 3)
-        for policy in tc.policies:
-            out.append(Job("train", f"{task}/{policy}", len(tc.seeds), gpus, res.train_mem_mb,
-                           res.train_runtime_min, seconds / 3600))
+    for trace in cfg.train_traces():
+        n = trace_workers(cfg, trace)
+        for task in tc.tasks:
+            s, run = seconds_per_sample[task], cfg.for_task(task).training()  # its recipe's
+            seconds = (run.max_iterations * n * run.batch_size * s
+                       + math.ceil(run.max_iterations / run.eval_every) * TEST_SAMPLES[task] * s / 3)
+            for policy in tc.policies:
+                if cfg.trace(trace).source != "simulate" and policy not in MODES and policy_spec(
+                        policy).needs_truth:
+                    continue  # the simulator's truth (bayes): simulated traces only
+                out.append(Job("train", f"{trace}/{task}/{policy}", len(tc.seeds), gpus,
+                               res.train_mem_mb, res.train_runtime_min, seconds / 3600))
     for name, job in cfg.distributed.jobs.items():
         out.append(Job("distributed", name, 1, res.distributed_gpus_per_task * (job.workers + 1),
                        res.distributed_mem_mb, res.distributed_runtime_min, None))
     out.append(Job("figures", cfg.experiment, 1, 0, None, None, 0.0))
+    return out
+
+
+def _draws(cfg: Config) -> list[Job]:
+    """The clusters drawn for run seeds (``Config.cluster_of``): each simulated, split and, where
+    a run's policy reads a model, modelled as its trace is."""
+    res, tc = cfg.resources, cfg.training()
+    modelled = any(policy_spec(p).needs_model for p in tc.policies if p not in MODES)
+    out = []
+    for trace in cfg.train_traces():
+        drawn = len({cfg.cluster_of(trace, seed) for seed in tc.seeds} - {trace})
+        if drawn:
+            out += [Job("simulate_trace", f"{trace} draws", drawn, 0, res.simulate_mem_mb,
+                        res.simulate_runtime_min, None),
+                    Job("split_simulated_trace", f"{trace} draws", drawn, 0, None, None, 0.0)]
+        if drawn and modelled:
+            out.append(Job("train_model", f"{trace} draws", drawn, 0, res.model_mem_mb,
+                           res.model_runtime_min, None))
     return out
 
 

@@ -16,9 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bdsgd.config import TrainConfig
 from bdsgd.tasks import Task
 
 EVAL_BATCH = 256
+# train.lr_scaling: the learning rate's factor s given the accepted fraction c / n
+LR_SCALING = {"linear": lambda f: f, "sqrt": np.sqrt, "none": np.ones_like}
 # train.staleness_lr (async, cyclic): a gradient's learning-rate factor given its staleness tau
 STALENESS_LR = {"none": lambda tau: np.ones_like(tau, dtype=float),
                 "inverse": lambda tau: 1.0 / np.maximum(1, tau)}
@@ -38,6 +41,23 @@ def lr_factor(schedule: str, warmup: int, seen: int, step: int, total: int) -> f
     if schedule == "constant":
         return warm
     return warm * 0.5 * (1.0 + math.cos(math.pi * min(seen / total, 1.0)))
+
+
+def rate_at_n(tc: TrainConfig, n: int) -> float:
+    """The learning rate of a step that applies all n workers' gradients: train.learning_rate,
+    or with train.lr_batch the rate per lr_batch samples scaled to the step's n b (Goyal et al.
+    2017's 0.1 k n / 256), so that one recipe suits a cluster of any size."""
+    if tc.lr_batch is None:
+        return tc.learning_rate
+    return tc.learning_rate * n * tc.batch_size / tc.lr_batch
+
+
+def step_lr(tc: TrainConfig, c: int, n: int, seen: int, total: int) -> float:
+    """The learning rate of a synchronous step that applies c of n workers' gradients after
+    ``seen`` of the run's ``total`` samples: ``rate_at_n`` times train.lr_scaling's factor of
+    c / n (``LR_SCALING``) times the schedule's (``lr_factor``)."""
+    return rate_at_n(tc, n) * float(LR_SCALING[tc.lr_scaling](c / n)) * lr_factor(
+        tc.lr_schedule, tc.warmup_samples, seen, c * tc.batch_size, total)
 
 
 def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int,

@@ -4,7 +4,8 @@
   a two-layer MLP. The smoke task.
 - ``mnist``: torchvision's MNIST reader on ``data_dir/MNIST/raw`` (idx files), a LeNet-style CNN.
 - ``cifar10``: torchvision's CIFAR10 reader on ``data_dir/cifar-10-batches-py`` (pickled
-  batches, md5-checked against the official release), a small VGG-style CNN.
+  batches, md5-checked against the official release), ResNet-20 (He et al. 2016, section 4.2)
+  trained on random 4-pixel shifts and horizontal flips, their recipe's augmentation.
 - ``imagenet``: torchvision's ImageFolder on ``data_dir/imagenet/{train,val}/<class>/*``,
   ResNet-18. "ImageNet-style": any folder-per-class image set works.
 
@@ -72,6 +73,8 @@ class Task:
     test: Dataset
     num_classes: int
     make_model: Callable[[], nn.Module]
+    # a training batch of a tensor data set, augmented: (inputs, each sample's seed) -> inputs
+    augment: Callable[[torch.Tensor, np.ndarray], torch.Tensor] | None = None
     loader_workers: int = 0
     pin: bool = False
     _pool: object = field(default=None, init=False, repr=False)
@@ -83,7 +86,10 @@ class Task:
         function of its draw whichever process decodes it."""
         if isinstance(dataset, TensorDataset):
             idx = torch.as_tensor(indices, dtype=torch.long)
-            return dataset.tensors[0][idx], dataset.tensors[1][idx]
+            x = dataset.tensors[0][idx]
+            if self.augment is not None and dataset is self.train and seeds is not None:
+                x = self.augment(x, np.asarray(seeds))
+            return x, dataset.tensors[1][idx]
         split = "train" if dataset is self.train else "test"
         jobs = [(split, int(i), None if seeds is None else int(k))
                 for i, k in zip(indices, [None] * len(indices) if seeds is None else seeds,
@@ -128,13 +134,63 @@ def _group_norm(channels: int) -> nn.Module:
     return nn.GroupNorm(min(32, channels // 4), channels)
 
 
-def _small_vgg(classes: int) -> nn.Module:
-    def block(cin, cout):
-        return [nn.Conv2d(cin, cout, 3, padding=1), _group_norm(cout), nn.ReLU(),
-                nn.MaxPool2d(2)]
+class _BasicBlock(nn.Module):
+    """Two 3x3 convolutions and a shortcut; where the block halves the resolution and doubles
+    the channels, the shortcut subsamples and pads the new channels with zeros (He et al. 2016's
+    option A, which adds no parameters)."""
 
-    return nn.Sequential(*block(3, 32), *block(32, 64), *block(64, 128), nn.Flatten(),
-                         nn.Linear(128 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, classes))
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), _group_norm(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False), _group_norm(cout))
+        self.stride, self.pad = stride, cout - cin
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        short = x[:, :, ::self.stride, ::self.stride]
+        if self.pad:
+            short = nn.functional.pad(short, (0, 0, 0, 0, 0, self.pad))
+        return torch.relu(self.body(x) + short)
+
+
+def _resnet20(classes: int) -> nn.Module:
+    """He et al. 2016's CIFAR ResNet-20: a 3x3 convolution, three stages of three basic blocks
+    (16, 32, 64 channels at 32, 16, 8 pixels), global average pooling, a linear layer; 0.27 M
+    parameters. GroupNorm in place of BatchNorm (module docstring)."""
+    stages, cin = [], 16
+    for cout, stride in ((16, 1), (32, 2), (64, 2)):
+        stages += [_BasicBlock(cin, cout, stride), _BasicBlock(cout, cout, 1),
+                   _BasicBlock(cout, cout, 1)]
+        cin = cout
+    return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), _group_norm(16), nn.ReLU(),
+                         *stages, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes))
+
+
+def _mix(seeds: np.ndarray) -> np.ndarray:
+    """64 well-mixed bits of each seed (SplitMix64's finaliser), vectorised: a sample's
+    augmentation is a pure function of its seed, drawn for a whole batch at once."""
+    z = seeds.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def shift_and_flip(x: torch.Tensor, seeds: np.ndarray, pad: int = 4) -> torch.Tensor:
+    """Each image shifted by up to ``pad`` pixels each way (a random crop of the image padded
+    with ``pad`` pixels of the data set's mean, zero after normalisation) and mirrored with
+    probability 1/2, drawn from its seed: He et al. 2016's CIFAR augmentation."""
+    n, _, h, w = x.shape
+    with np.errstate(over="ignore"):
+        bits = _mix(seeds)
+    span = np.uint64(2 * pad + 1)
+    dy = torch.as_tensor((bits % span).astype(np.int64))
+    dx = torch.as_tensor(((bits >> np.uint64(16)) % span).astype(np.int64))
+    flip = torch.as_tensor(((bits >> np.uint64(32)) & np.uint64(1)).astype(bool))
+    padded = nn.functional.pad(x, (pad, pad, pad, pad))
+    rows = dy[:, None] + torch.arange(h)
+    cols = torch.where(flip[:, None], torch.arange(w - 1, -1, -1), torch.arange(w)) + dx[:, None]
+    picked = padded[torch.arange(n)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
+    return picked.permute(0, 3, 1, 2).contiguous()  # (n, h, w, channels) -> (n, channels, h, w)
 
 
 def _resnet18(classes: int) -> nn.Module:
@@ -146,7 +202,7 @@ def _resnet18(classes: int) -> nn.Module:
 # Each task's network, given its number of classes, and that number where the data does not say
 # it (ImageNet's 1,000; an ImageNet-style folder has as many as it has class folders).
 NETWORKS: dict[str, Callable[[int], nn.Module]] = {
-    "digits": _mlp, "mnist": _lenet, "cifar10": _small_vgg, "imagenet": _resnet18}
+    "digits": _mlp, "mnist": _lenet, "cifar10": _resnet20, "imagenet": _resnet18}
 CLASSES = {"digits": 10, "mnist": 10, "cifar10": 10, "imagenet": 1000}
 INPUT_SHAPES = {"digits": (64,), "mnist": (1, 28, 28), "cifar10": (3, 32, 32),
                 "imagenet": (3, 224, 224)}  # one sample, as the network takes it
@@ -228,7 +284,7 @@ def _cifar10(root: Path) -> Task:
     stats = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
     return Task("cifar10", _as_tensors(train.data, train.targets, *stats, channels_last=True),
                 _as_tensors(test.data, test.targets, *stats, channels_last=True), 10,
-                lambda: _small_vgg(10))
+                lambda: _resnet20(10), augment=shift_and_flip)
 
 
 def _imagenet(root: Path) -> Task:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.sgd import sgd_step
-from bdsgd.tasks import _small_vgg, load_task
+from bdsgd.tasks import NETWORKS, load_task
 
 
 def loop_step(model, optimizer, x, y, c, device):
@@ -78,7 +78,7 @@ def bench(args) -> None:
           f"device {device}; one SGD step, ms")
     print(f"{'network':<12} {'n':>3} {'loop':>9} {'union':>9} {'chunked':>9} "
           f"{'union speed-up':>14} {'chunked speed-up':>16} {'max |diff|':>10}")
-    for name in ("digits-mlp", "cifar10-cnn"):
+    for name in ("digits-mlp", "cifar10-resnet20"):
         for c in (4, 16, 64):
             torch.manual_seed(0)
             size = c * args.batch
@@ -86,7 +86,7 @@ def bench(args) -> None:
                 model = digits.make_model()
                 x, y = digits.batch(digits.train, torch.randint(0, len(digits.train), (size,)))
             else:
-                model = _small_vgg()
+                model = NETWORKS["cifar10"](10)
                 x, y = torch.randn(size, 3, 32, 32), torch.randint(0, 10, (size,))
             model = model.to(device)
             # lr 0: the model stays put, so every variant times the same computation.

@@ -29,7 +29,7 @@ from bdsgd.cutoff import observation
 from bdsgd.policies.build import make_policy
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.train import elbo_term, run_epoch
-from bdsgd.tasks import _small_vgg
+from bdsgd.tasks import NETWORKS
 
 _CONFIG = from_dict({"experiment": "bench", "traces": {"t": {"source": "simulate"}},
                      "train": {"trace": "t", "tasks": ["digits"]}})
@@ -57,7 +57,7 @@ def decision_latency(policy: str, n: int, iterations: int,
 
 
 def gradient_time(repeats: int) -> float:
-    net = _small_vgg()
+    net = NETWORKS["cifar10"](10)
     x, y = torch.randn(32, 3, 32, 32), torch.randint(10, (32,))
     times = []
     for _ in range(repeats + 1):

@@ -8,7 +8,7 @@ prototype image per class plus noise, so test accuracy rises:
 
 - mnist:   60,000 / 10,000 28x28 images as idx files (torchvision's MNIST reader), LeNet;
 - cifar10: 50,000 / 10,000 3x32x32 images as the python version's pickles (torchvision's CIFAR10
-  reader), the small VGG. torchvision checks these files against the official release's md5 sums,
+  reader), ResNet-20. torchvision checks these files against the official release's md5 sums,
   which synthetic files cannot match: this script BYPASSES THE MD5 CHECK (it checks only that
   the files exist, as tests/test_tasks.py's cifar_without_md5 fixture does).
 

@@ -235,7 +235,7 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
     first command that fails."""
     import yaml
 
-    from bdsgd.layout import Layout
+    from bdsgd.layout import Layout, cluster_draw
     from bdsgd.policies import spec
     from bdsgd.schedules import MODES
 
@@ -285,14 +285,27 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
               "--decisions", paths.throughput(name, "decisions.parquet"),
               "--comm-sweep", paths.throughput(name, "comm_sweep.csv"))
     train = cfg["train"]
-    for task in train["tasks"]:
-        for policy in train["policies"]:
-            for seed in train["seeds"]:
-                model = ["--model", paths.model(train["trace"])] if needs_model([policy]) else []
-                bdsgd("train", "--config", config, "--task", task, "--policy", policy,
-                      "--seed", seed, "--trace", paths.trace(train["trace"], "test"),
-                      "--history", paths.trace(train["trace"], "train"), *model,
-                      "--out", paths.run_dir(task, policy, seed))
+    traces = [train["trace"]] if isinstance(train["trace"], str) else train["trace"]
+    for trace in traces:
+        for seed in train["seeds"]:
+            cluster = cluster_draw(trace, seed) if cfg["traces"][trace]["source"] == "simulate" \
+                else trace
+            if cluster != trace and not Path(workdir / paths.trace(cluster)).exists():
+                bdsgd("traces", "simulate", "--config", config, "--name", trace, "--seed",
+                      cfg.get("seed", 0) + seed, "--out", paths.trace(cluster))
+                bdsgd("traces", "split", paths.trace(cluster), "--train-fraction",
+                      cfg["traces"][trace].get("train_fraction", 0.5), "--train",
+                      paths.trace(cluster, "train"), "--test", paths.trace(cluster, "test"))
+                if needs_model(train["policies"]):
+                    bdsgd("model", "train", paths.trace(cluster, "train"), "--config", config,
+                          "--out", paths.model(cluster), "--quiet", "--trace-name", cluster)
+            for task in train["tasks"]:
+                for policy in train["policies"]:
+                    model = ["--model", paths.model(cluster)] if needs_model([policy]) else []
+                    bdsgd("train", "--config", config, "--task", task, "--policy", policy,
+                          "--seed", seed, "--trace", paths.trace(cluster, "test"),
+                          "--history", paths.trace(cluster, "train"), *model,
+                          "--out", paths.run_dir(trace, task, policy, seed))
     bdsgd("figures", paths.results, "--out", paths.figures)
 
 

@@ -559,7 +559,7 @@ def results_folder(root: Path) -> Path:
                    "hi90": 1.5 + c, "realised": 1.0 + c} for c in (2, 3) for t in range(8)]
                  ).to_parquet(results / "models/sim/predictions.parquet")
     for policy in ("sync", "static"):
-        run = results / f"runs/digits/{policy}/seed0"
+        run = results / f"runs/sim/digits/{policy}/seed0"
         run.mkdir(parents=True)
         _metrics(0).to_parquet(run / "metrics.parquet", index=False)
         (run / "result.json").write_text(json.dumps({"summary": {
@@ -589,7 +589,7 @@ def _garbage(path: Path):
     path.write_bytes(b"\x00\x01 not this file")
 
 
-RUN = "runs/digits/static/seed0"
+RUN = "runs/sim/digits/static/seed0"
 # name -> (file under the results folder, damage, field)
 RESULTS = {
     "result.json not JSON": (f"{RUN}/result.json", lambda p: p.write_text("{\"summary\": "), "-"),

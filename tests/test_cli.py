@@ -90,8 +90,8 @@ def test_the_stages_by_hand_reproduce_the_dags_results(tiny_dag, stages_by_hand)
     ours, theirs = result_tables(hand, "tiny"), result_tables(dag, "tiny")
     assert sorted(ours) == sorted(theirs) and len(ours) > 10, sorted(ours)
     for table in ("figures/tiny/summary.csv", "figures/tiny/throughput_summary.csv",
-                  "results/tiny/runs/digits/sync/seed0/metrics.parquet",
-                  "results/tiny/runs/digits/bdsgd/seed0/metrics.parquet",
+                  "results/tiny/runs/sim/digits/sync/seed0/metrics.parquet",
+                  "results/tiny/runs/sim/digits/bdsgd/seed0/metrics.parquet",
                   "results/tiny/traces/sim/trace.parquet"):
         assert table in ours, table
     assert [f for f in ours if stamp_free(ours[f]) != stamp_free(theirs[f])] == []
@@ -104,7 +104,7 @@ def test_the_stages_by_hand_reproduce_the_dags_results(tiny_dag, stages_by_hand)
         ours_model, theirs_model = (torch.load(d / path, weights_only=False) for d in (hand, dag))
         assert same(ours_model, theirs_model, "provenance"), path
     for policy in cfg["train"]["policies"]:
-        path = f"results/tiny/runs/digits/{policy}/seed0/model.pt"
+        path = f"results/tiny/runs/sim/digits/{policy}/seed0/model.pt"
         ours_net, theirs_net = (torch.load(d / path, weights_only=True) for d in (hand, dag))
         assert same(ours_net, theirs_net), path
 

@@ -58,7 +58,7 @@ def test_workflow_schema_is_the_package_schema():
 @pytest.mark.parametrize("name", ["smoke.yaml", "paper.yaml"])
 def test_shipped_configs_load(name):
     cfg = C.load_config(REPO / "configs" / name)
-    assert cfg.train.trace in cfg.traces
+    assert set(cfg.train_traces()) <= set(cfg.traces)
     assert len(cfg.hash()) == 16
 
 
@@ -177,7 +177,7 @@ def test_every_command_loads_its_config_as_its_stage(config_file, tmp_path, monk
     class Loaded(Exception):
         pass
 
-    def spy(path, stage):
+    def spy(path, stage, task=None):
         raise Loaded(stage)
 
     monkeypatch.setattr(S, "load_stage_config", spy)
@@ -209,3 +209,34 @@ def test_stage_reads_name_real_keys():
                 assert sub in {f.name for f in dataclasses.fields(SECTIONS[section])}, (stage, key)
         assert set(S.STAGE_FLAGS.get(stage, ())) <= set(reads), stage
         assert set(S.slice_keys(stage)) == set(reads) - set(S.STAGE_FLAGS.get(stage, ()))
+
+
+def test_a_run_reads_its_tasks_recipe_and_one_trace(tmp_path):
+    """train.recipes: a run of a task reads the keys its recipe sets in place of train:'s (the
+    rest stay), also through its stage's config file; train.trace: a run replays one trace, a
+    list is refused by name; a simulated trace's seed s > 0 is a cluster of its own."""
+    cfg = tiny_config()
+    cfg["traces"]["pai"] = {"source": "import", "format": "alibaba-pai", "path": "x.csv"}
+    cfg["train"] |= {"trace": ["sim", "pai"], "learning_rate": 0.1, "momentum": 0.5,
+                     "recipes": {"digits": {"learning_rate": 0.4, "warmup_samples": 64}}}
+    whole = C.from_dict(cfg)
+    assert whole.train_traces() == ("sim", "pai")
+    run = whole.for_task("digits").training()
+    assert (run.learning_rate, run.warmup_samples, run.momentum) == (0.4, 64, 0.5)
+    assert whole.for_task("mnist") is whole and whole.for_task("digits").for_task("digits") == (
+        whole.for_task("digits"))
+    with pytest.raises(UserError, match="train.trace: lists 2 traces"):
+        whole.run_trace()
+    assert [whole.cluster_of(t, s) for t in ("sim", "pai") for s in (0, 3)] == [
+        "sim", "sim/draw3", "pai", "pai"]
+    cfg["train"]["trace"] = "pai"
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    staged = S.load_stage_config(path, "train", "digits")
+    assert staged.run_trace() == "pai" and staged.training().learning_rate == 0.4
+    cfg["train"]["recipes"] = {"digits": {"batch_size": 8}}  # not a recipe's key
+    with pytest.raises(UserError, match="train.recipes"):
+        C.from_dict(cfg)
+    cfg["train"] |= {"recipes": {}, "trace": ["sim", "nope"]}
+    with pytest.raises(UserError, match="train.trace: 'nope' is not one of traces"):
+        C.from_dict(cfg)

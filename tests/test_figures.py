@@ -49,7 +49,8 @@ def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.D
 
 
 def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_style: bool):
-    run = results / f"runs/digits/{policy}/seed{seed}"
+    # an old results folder: runs/<task>/..., without a trace
+    run = results / f"runs/{'sim/' if new_style else ''}digits/{policy}/seed{seed}"
     run.mkdir(parents=True)
     metrics = _metrics(policy, seed, reach, new_style)
     metrics.to_parquet(run / "metrics.parquet", index=False)
@@ -60,7 +61,7 @@ def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_sty
                "final_test_loss": float(metrics["test_loss"].iloc[-1]),
                "gradients_per_s": 3.0, "mean_cutoff": float(metrics["cutoff"].mean()),
                "iterations": ROWS, "virtual_time_s": float(metrics["virtual_time_s"].iloc[-1]),
-               "n_workers": N_WORKERS}
+               "n_workers": N_WORKERS, **({"trace": "sim"} if new_style else {})}
     if policy in MODES:
         summary |= {"mean_staleness": 1.5, "max_staleness": 3, "staleness_p50": 1.0,
                     "staleness_p90": 3.0}
@@ -209,7 +210,7 @@ def test_median_interval_narrows_to_the_order_statistics_that_cover_95_percent()
 
 
 def test_time_to_target_stats_count_seeds_that_reached():
-    summary = pd.DataFrame({"task": "t", "policy": ["a", "a", "a", "b", "b"],
+    summary = pd.DataFrame({"task": "t", "trace": "sim", "policy": ["a", "a", "a", "b", "b"],
                             "seed": [0, 1, 2, 0, 1],
                             "time_to_target_s": [10.0, None, 30.0, None, None]})
     stats = time_to_target_stats(summary).set_index("policy")

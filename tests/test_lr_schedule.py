@@ -4,12 +4,13 @@ one."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from bdsgd.sgd import lr_factor
+from bdsgd.sgd import lr_factor, rate_at_n, step_lr
 from bdsgd.training import train_run
 from tests.helpers import crash_at_iteration, interrupted_then_resumed, make_cfg, metrics, write
 
@@ -23,6 +24,16 @@ def test_the_factor_by_hand():
     assert lr_factor("cosine", 0, 500, 32, 1000) == pytest.approx(0.5)
     assert lr_factor("cosine", 0, 0, 32, 1000) == 1.0 and lr_factor("cosine", 0, 1000, 1, 1000) == 0
     assert lr_factor("cosine", 64, 0, 32, 1000) == pytest.approx(0.5)  # both: their product
+
+
+def test_a_rate_per_lr_batch_samples_scales_to_the_clusters_step():
+    """train.lr_batch: learning_rate per lr_batch samples, times the full step's n b; null: the
+    rate at c = n itself."""
+    tc = make_cfg(learning_rate=0.1, batch_size=32).train
+    assert rate_at_n(tc, 158) == 0.1
+    per_256 = dataclasses.replace(tc, lr_batch=256)
+    assert rate_at_n(per_256, 158) == pytest.approx(0.1 * 158 * 32 / 256)  # Goyal's 0.1 kn/256
+    assert step_lr(per_256, 79, 158, 0, 10**9) == pytest.approx(rate_at_n(per_256, 158) / 2)
 
 
 def test_a_cut_run_moves_the_schedule_by_what_it_applies(tmp_path):

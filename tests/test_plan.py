@@ -41,23 +41,23 @@ def test_a_runs_estimate_is_the_formula():
     plan = bill(cfg_of(1000), {"mnist": 1e-4}, "cuda")
     seconds = 1000 * 8 * 32 * 1e-4 + 10 * TEST_SAMPLES["mnist"] * 1e-4 / 3  # 28.9 s
     runs = [j for j in plan["jobs"] if j["rule"] == "train"]
-    assert [(j["name"], j["count"], j["gpus"]) for j in runs] == [("mnist/sync", 3, 1),
-                                                                  ("mnist/bdsgd", 3, 1)]
+    assert [(j["name"], j["count"], j["gpus"]) for j in runs] == [("t/mnist/sync", 3, 1),
+                                                                  ("t/mnist/bdsgd", 3, 1)]
     assert runs[0]["hours"] == pytest.approx(seconds / 3600)
     assert plan["gpu_hours"] == pytest.approx(6 * seconds / 3600 + sum(
         j["count"] * j["gpus"] * j["charged_hours"] for j in plan["jobs"] if j["rule"] != "train"))
     assert plan["runs_over_their_limit"] == [] and math.isclose(
         plan["seconds_per_sample"]["mnist"], 1e-4)
     longer = bill(cfg_of(10_000), {"mnist": 1e-4}, "cuda")  # 259 s against a 1-minute limit
-    assert longer["runs_over_their_limit"] == ["mnist/sync", "mnist/bdsgd"]
+    assert longer["runs_over_their_limit"] == ["t/mnist/sync", "t/mnist/bdsgd"]
 
 
 def test_plan_prints_and_writes_the_bill(tmp_path):
     out = tmp_path / "plan.json"
     proc = run_cli("plan", "--config", "configs/smoke.yaml", "--measure", "--json", out)
-    assert "38 jobs on cpu" in proc.stdout and "GPU-hours" in proc.stdout
+    assert "61 jobs on cpu" in proc.stdout and "GPU-hours" in proc.stdout
     plan = json.loads(out.read_text())
-    assert plan["total_jobs"] == 38 and plan["seconds_per_sample_from"] == "measured here"
+    assert plan["total_jobs"] == 61 and plan["seconds_per_sample_from"] == "measured here"
     assert 0 < plan["seconds_per_sample"]["digits"] < 1e-2
 
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
-from bdsgd.tasks import WorkerStreams, load_task
+from bdsgd.tasks import WorkerStreams, load_task, shift_and_flip
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training import train_run
@@ -178,3 +178,33 @@ def test_every_draw_of_a_run_has_its_own_seed():
     seeds = np.concatenate([streams.seeds(t, np.arange(4)) for t in range(50)])
     assert len(np.unique(seeds)) == len(seeds) == 50 * 4 * 8
     assert len(streams.seeds(7, np.array([1, 3]))) == len(streams.batch(7, np.array([1, 3])))
+
+
+def test_shift_and_flip_is_a_pure_function_of_each_samples_seed():
+    """He et al.'s CIFAR augmentation: each image shifted by at most 4 pixels (zeros where it
+    came from outside) and perhaps mirrored, the same for the same seed, whatever its batch."""
+    x = torch.arange(2 * 3 * 32 * 32, dtype=torch.float32).reshape(2, 3, 32, 32) + 1
+    seeds = np.array([11, 12])
+    out = shift_and_flip(x, seeds)
+    assert out.shape == x.shape and torch.equal(out, shift_and_flip(x, seeds))
+    assert torch.equal(out[1:], shift_and_flip(x[1:], seeds[1:]))  # alone or in a batch
+    draws = [shift_and_flip(x[:1], np.array([k]))[0] for k in range(40)]
+    assert len({tuple(d.ravel().tolist()) for d in draws}) > 20  # seeds differ, images differ
+    for d in draws:  # each a shift of the image or of its mirror image, padded with zeros
+        for image in (x[0], x[0].flip(-1)):
+            inner = d[:, 4:28, 4:28]  # inside any shift of at most 4 pixels
+            found = [(dy, dx) for dy in range(-4, 5) for dx in range(-4, 5)
+                     if torch.equal(inner, image[:, 4 + dy:28 + dy, 4 + dx:28 + dx])]
+            if found:
+                break
+        assert found, "not a shifted (or mirrored and shifted) copy"
+    assert (torch.cat(draws) == 0).any()  # some shifts brought in padding
+
+
+def test_only_cifar_training_batches_are_augmented(tmp_path, cifar_without_md5):
+    make_cifar10(tmp_path)
+    task = load_task("cifar10", tmp_path)
+    idx = np.arange(4)
+    x, _ = task.batch(task.train, idx, np.arange(4))
+    assert not torch.equal(x, task.batch(task.train, idx)[0])  # seeded: augmented
+    assert torch.equal(task.batch(task.test, idx, np.arange(4))[0], task.test.tensors[0][idx])

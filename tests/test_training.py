@@ -17,7 +17,7 @@ import bdsgd.loop as loop
 from bdsgd.cli import main
 from bdsgd.errors import UserError
 from bdsgd.policies.build import make_policy, warm_up
-from bdsgd.tasks import WorkerStreams, _lenet, _mlp, _small_vgg, load_task
+from bdsgd.tasks import WorkerStreams, _lenet, _mlp, _resnet20, load_task
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training import train_run
@@ -62,7 +62,7 @@ def test_worker_streams_are_disjoint_shards_that_change_each_epoch():
 
 
 @pytest.mark.parametrize("make_model, shape", [
-    (_mlp, (64,)), (_lenet, (1, 28, 28)), (_small_vgg, (3, 32, 32))])
+    (_mlp, (64,)), (_lenet, (1, 28, 28)), (_resnet20, (3, 32, 32))])
 def test_union_batch_gradient_equals_mean_of_worker_gradients(make_model, shape):
     torch.manual_seed(0)
     model = make_model(10)

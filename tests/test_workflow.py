@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from bdsgd.config import from_dict
-from bdsgd.layout import Layout
+from bdsgd.layout import Layout, cluster_draw, drawn_from
 from bdsgd.stages import STAGE_READS, load_stage_config, slice_keys
 from tests.helpers import REPO, SNAKEMAKE, snakemake, tiny_config
 
@@ -122,11 +122,15 @@ def test_layout_names_the_files_the_dag_writes():
     assert paths.truth("sim") == "results/x/traces/sim/trace.truth.npz"
     assert paths.model("sim", "predictions.parquet") == "results/x/models/sim/predictions.parquet"
     assert paths.throughput("sim") == "results/x/throughput/sim/throughput.json"
-    assert paths.run("result.json", "digits", "sync", 0) == "results/x/runs/digits/sync/seed0/result.json"
-    assert paths.run("result.json") == "results/x/runs/{task}/{policy}/seed{seed}/result.json"
+    assert (paths.run("result.json", "sim", "digits", "sync", 0)
+            == "results/x/runs/sim/digits/sync/seed0/result.json")
+    assert paths.run("result.json") == "results/x/runs/{trace}/{task}/{policy}/seed{seed}/result.json"
+    assert paths.trace(cluster_draw("sim", 2), "train") == "results/x/traces/sim/draw2/train.parquet"
+    assert cluster_draw("sim", 0) == "sim" and drawn_from("sim/draw2") == ("sim", 2)
+    assert drawn_from("sim") == ("sim", 0)
     assert paths.distributed("j") == "results/x/distributed/j/result.json"
     assert paths.stage_config() == "results/x/config/{stage}/{name}.yaml"
-    assert paths.run_log() == "logs/x/runs/{task}/{policy}/seed{seed}.log"
+    assert paths.run_log() == "logs/x/runs/{trace}/{task}/{policy}/seed{seed}.log"
     assert paths.trace_log("split", "sim") == "logs/x/traces/sim/split.log"
     assert paths.config_log() == "logs/x/config.log"
     assert paths.figures_log("sim") == "logs/x/figures/sim.log"
@@ -162,7 +166,7 @@ def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
     its own config file, results/<exp>/config/<rule>/<name>.yaml)."""
     a, _, cfg = tiny_dag
     cfg = yaml.safe_load(yaml.safe_dump(cfg))
-    runs = "results/tiny/runs/digits"
+    runs = "results/tiny/runs/sim/digits"
     if change == "seed":
         cfg["train"]["seeds"] = [0, 1]
     elif change == "wandb.mode":
@@ -219,7 +223,7 @@ def test_an_interrupted_dag_resumes_its_runs_instead_of_redoing_them(tmp_path):
     cfg["train"].update(policies=["sync"], max_iterations=200, checkpoint_every=5)
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    target = "results/tiny/runs/digits/sync/seed0"
+    target = "results/tiny/runs/sim/digits/sync/seed0"
     run = tmp_path / target
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     args = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),

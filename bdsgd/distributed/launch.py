@@ -54,7 +54,7 @@ def _free_port() -> int:
 
 def _config(job: Job):
     return (default_config() if job.config is None
-            else load_stage_config(job.config, "distributed"))
+            else load_stage_config(job.config, "distributed", job.task))
 
 
 def launch(job: Job) -> dict:

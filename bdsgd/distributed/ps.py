@@ -30,9 +30,8 @@ from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
 from bdsgd.io import write_json, write_with
 from bdsgd.loop import Server
 from bdsgd.policies.build import build_policy, load_inputs
-from bdsgd.policies.progress import LR_SCALING
 from bdsgd.provenance import stamp
-from bdsgd.sgd import apply_gradient, evaluate, lr_factor
+from bdsgd.sgd import apply_gradient, evaluate, rate_at_n, step_lr
 from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
@@ -84,7 +83,7 @@ class ParameterServer:
         self.data = load_task(job.task, self.tc.data_dir)
         torch.manual_seed(job.seed)
         self.model = self.data.make_model().to(device)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.tc.learning_rate,
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=rate_at_n(self.tc, self.n),
                                          momentum=self.tc.momentum,
                                          weight_decay=self.tc.weight_decay)
         self.params = parameters_to_vector(self.model.parameters()).numel()
@@ -191,9 +190,7 @@ class ParameterServer:
         self.runtimes[t, cut], self.censored[t, cut] = tau, True
         c_real = len(rnd.accepted)
         b = self.tc.batch_size
-        lr = self.tc.learning_rate * float(LR_SCALING[self.tc.lr_scaling](c_real / self.n)) * (
-            lr_factor(self.tc.lr_schedule, self.tc.warmup_samples, self.seen, c_real * b,
-                      self.job.iterations * self.n * b))
+        lr = step_lr(self.tc, c_real, self.n, self.seen, self.job.iterations * self.n * b)
         self.seen += c_real * b
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -213,7 +210,7 @@ class ParameterServer:
             self.seen = self.tc.batch_size * sum(row["cutoff"] for row in rows)
         wandb = tracking.start(self.cfg, job.policy, f"distributed-{job.task}-{job.policy}-s"
                                f"{job.seed}", Path(job.json).parent, "wall_time_s",
-                               task=job.task, trace=tc.trace, seed=job.seed)
+                               task=job.task, trace=self.cfg.train_traces()[0], seed=job.seed)
         wall0 = time.perf_counter() - wall_before
         for t in range(start, job.iterations):
             loss: list[float] = []

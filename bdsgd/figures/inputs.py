@@ -24,7 +24,7 @@ from bdsgd.traces.io import META_KEY
 # A public contract: columns may be appended, never removed or reordered.
 SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy",
                    "gradients_per_s", "mean_cutoff", "iterations", "virtual_time_s",
-                   "target_accuracy", "final_test_loss", "mean_staleness", "n_workers"]
+                   "target_accuracy", "final_test_loss", "mean_staleness", "n_workers", "trace"]
 THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
                       "mean_cutoff", "cutoff_std"]
 COMM_SWEEP_COLUMNS = ["trace", "ratio", "topology", "policy", "gradients_per_s",
@@ -87,20 +87,24 @@ def _summary(path: Path) -> dict:
 
 
 def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(summary: one row per run, metrics: every row of every run, with task, policy, seed)."""
+    """(summary: one row per run, metrics: every row of every run, with task, trace, policy,
+    seed). A run whose result names no trace has trace ""."""
     rows, metrics = [], []
     layout = Layout(str(results_dir))
-    for result in need(layout.find(layout.run("result.json", ANY, ANY, ANY)), results_dir, "runs"):
-        summary = _summary(result)
+    # and those of a results folder written before runs had a trace (runs/<task>/<policy>/seed<k>)
+    runs = (layout.find(layout.run("result.json", ANY, ANY, ANY, ANY))
+            + layout.find(f"{layout.results}/runs/*/*/seed*/result.json"))
+    for result in need(runs, results_dir, "runs"):
+        summary = {"trace": "", **_summary(result)}
         rows.append({k: summary.get(k) for k in SUMMARY_COLUMNS})
         run = read_parquet(result.with_name("metrics.parquet"), METRICS)  # beside it (Layout.run)
         for column in OPTIONAL_METRICS:
             if column not in run:
                 run[column] = np.nan
-        metrics.append(run.assign(task=summary["task"], policy=summary["policy"],
-                                  seed=summary["seed"]))
-    summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS).sort_values(["task", "policy", "seed"])
-    return summary.reset_index(drop=True), pd.concat(metrics, ignore_index=True)
+        metrics.append(run.assign(**{k: summary[k] for k in ("task", "trace", "policy", "seed")}))
+    summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    summary = summary.sort_values(["task", "trace", "policy", "seed"]).reset_index(drop=True)
+    return summary, pd.concat(metrics, ignore_index=True)
 
 
 def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

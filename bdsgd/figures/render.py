@@ -5,7 +5,7 @@
     traces/<trace>/{trace,test}.parquet, describe.json
     models/<trace>/evaluation.json, predictions.parquet
     throughput/<trace>/throughput.json, decisions.parquet
-    runs/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
+    runs/<trace>/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
 
 (found through ``bdsgd.layout``, as the workflow lays them out; read and checked, every file,
 by ``bdsgd.figures.inputs`` before any figure is drawn: a missing or damaged file is one line
@@ -121,12 +121,23 @@ def _smoothed(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     return pd.concat(out)
 
 
-def _tasks(metrics: pd.DataFrame, width: float, height: float, columns: int = 1, **kw):
-    """One row of panels per task: (tasks, axes array tasks x columns, figure)."""
-    tasks = sorted(metrics["task"].unique())
-    fig, axes = plt.subplots(len(tasks), columns, figsize=(width, height * len(tasks)),
+def _panels(metrics: pd.DataFrame, width: float, height: float, columns: int = 1, **kw):
+    """One row of panels per task and trace the runs replayed: (panels, axes array panels x
+    columns, figure); a panel is (task, trace)."""
+    panels = sorted(metrics.groupby(["task", "trace"]).groups)
+    fig, axes = plt.subplots(len(panels), columns, figsize=(width, height * len(panels)),
                              squeeze=False, **kw)
-    return tasks, axes, fig
+    return panels, axes, fig
+
+
+def _of(frame: pd.DataFrame, panel: tuple[str, str]) -> pd.DataFrame:
+    """The rows of one panel's task and trace."""
+    return frame[(frame["task"] == panel[0]) & (frame["trace"] == panel[1])]
+
+
+def _title(panel: tuple[str, str]) -> str:
+    task, trace = panel
+    return f"{task} on {trace}" if trace else task
 
 
 # ----------------------------------------------------------------------------- figures
@@ -155,63 +166,66 @@ def _time_to_target_panel(ax, stats: pd.DataFrame) -> None:
 
 
 def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
-    """Per task: test accuracy against virtual time (median over seeds, min-max band, target
-    dotted), and the time to target per policy (``time_to_target_stats``)."""
+    """Per task and trace: test accuracy against virtual time (median over seeds, min-max band,
+    target dotted), and the time to target per policy (``time_to_target_stats``)."""
     evaluated = metrics[metrics["test_accuracy"].notna()]
-    tasks, axes, fig = _tasks(evaluated, 11, 3.8, 2, gridspec_kw={"width_ratios": [2.2, 1]})
+    panels, axes, fig = _panels(evaluated, 11, 3.8, 2, gridspec_kw={"width_ratios": [2.2, 1]})
     stats = time_to_target_stats(summary)
-    for (ax, bar_ax), task in zip(axes, tasks, strict=True):
-        for policy, runs in evaluated[evaluated["task"] == task].groupby("policy"):
+    for (ax, bar_ax), panel in zip(axes, panels, strict=True):
+        for policy, runs in _of(evaluated, panel).groupby("policy"):
             _band(ax, runs, "virtual_time_s", "test_accuracy", policy)
-        target = summary.loc[summary["task"] == task, "target_accuracy"].iloc[0]
+        target = _of(summary, panel)["target_accuracy"].iloc[0]
         ax.axhline(target, ls=":", color="k", lw=1, label=f"target {target:.2f}")
-        ax.set(title=f"{task}: test accuracy vs virtual time", xlabel="virtual wall-clock time (s)",
-               ylabel="test accuracy")
+        ax.set(title=f"{_title(panel)}: test accuracy vs virtual time",
+               xlabel="virtual wall-clock time (s)", ylabel="test accuracy")
         ax.legend(fontsize=8)
-        _time_to_target_panel(bar_ax, stats[stats["task"] == task])
+        _time_to_target_panel(bar_ax, _of(stats, panel))
     return save_figure(fig, path)
 
 
 def loss_curves(metrics: pd.DataFrame, path: Path) -> list[Path]:
-    """Per task, side by side: smoothed training loss against iterations and against virtual
-    time (median over seeds, min-max band). A policy can win the first and lose the second."""
-    tasks, axes, fig = _tasks(metrics, 12, 3.6, 2, sharey="row")
-    for (it_ax, time_ax), task in zip(axes, tasks, strict=True):
-        sub = metrics[metrics["task"] == task]
+    """Per task and trace, side by side: smoothed training loss against iterations and against
+    virtual time (median over seeds, min-max band). A policy can win the first and lose the
+    second."""
+    panels, axes, fig = _panels(metrics, 12, 3.6, 2, sharey="row")
+    for (it_ax, time_ax), panel in zip(axes, panels, strict=True):
+        sub = _of(metrics, panel)
         for policy, runs in sub.groupby("policy"):
             runs = _smoothed(runs, "train_loss")
             _band(it_ax, runs, "iteration", "train_loss", policy)
             _band(time_ax, runs, "virtual_time_s", "train_loss", policy)
         modes = ", ".join(sorted(set(sub["policy"]) & set(MODES)))  # rows are rounds
-        it_ax.set(title=f"{task}: training loss vs iterations", ylabel="training loss (smoothed)",
+        it_ax.set(title=f"{_title(panel)}: training loss vs iterations",
+                  ylabel="training loss (smoothed)",
                   xlabel="iteration" + (f" ({modes}: round of n gradients)" if modes else ""))
-        time_ax.set(title=f"{task}: training loss vs virtual time",
+        time_ax.set(title=f"{_title(panel)}: training loss vs virtual time",
                     xlabel="virtual wall-clock time (s)")
         it_ax.legend(fontsize=8)
     return save_figure(fig, path)
 
 
 def training_cutoff(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
-    """Per task: the cutoff each cutoff policy chose during training, iteration by iteration
-    (mean over seeds: thin raw, thick rolling mean). async and cyclic have no cutoff: left out."""
+    """Per task and trace: the cutoff each cutoff policy chose during training, iteration by
+    iteration (mean over seeds: thin raw, thick rolling mean). async and cyclic have no cutoff:
+    left out."""
     cutoff_runs = metrics[~metrics["policy"].isin(MODES)]
-    tasks, axes, fig = _tasks(metrics, 10, 3.4)
-    for ax, task in zip(axes[:, 0], tasks, strict=True):
-        sub = cutoff_runs[cutoff_runs["task"] == task]
+    panels, axes, fig = _panels(metrics, 10, 3.4)
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        sub = _of(cutoff_runs, panel)
         for policy, runs in sub.groupby("policy"):
             cutoff = runs.groupby("iteration")["cutoff"].mean()
             style = policy_style(policy)
             ax.plot(cutoff.index, cutoff, color=style["color"], alpha=0.25, lw=0.6)
             ax.plot(cutoff.index, cutoff.rolling(_window(len(cutoff)), min_periods=1).mean(),
                     lw=1.6, label=policy, **style)
-        n = summary.loc[summary["task"] == task, "n_workers"].max()
+        n = _of(summary, panel)["n_workers"].max()
         if pd.notna(n):  # the cutoff's range is 1..n
             ax.set_ylim(0, float(n) + 0.5)
         if sub.empty:
             ax.text(0.5, 0.5, "no cutoff policy was run", transform=ax.transAxes, ha="center")
         else:
             ax.legend(fontsize=7, ncol=4)
-        ax.set(title=f"{task}: cutoff during training (mean over seeds)", xlabel="iteration",
+        ax.set(title=f"{_title(panel)}: cutoff during training (mean over seeds)", xlabel="iteration",
                ylabel="cutoff c (gradients accepted)")
     return save_figure(fig, path)
 

@@ -30,15 +30,15 @@ def median_interval(values, level: float = 0.95) -> tuple[float, float, float, f
 
 
 def time_to_target_stats(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per task and policy: seeds run, seeds that reached the target, and the median time to
-    target over every seed (one that never reached it counts as infinitely slow) with its
+    """Per task, trace and policy: seeds run, seeds that reached the target, and the median time
+    to target over every seed (one that never reached it counts as infinitely slow) with its
     interval and the interval's coverage (``median_interval``)."""
     rows = []
-    for (task, policy), runs in summary.groupby(["task", "policy"]):
+    for (task, trace, policy), runs in summary.groupby(["task", "trace", "policy"]):
         times = runs["time_to_target_s"].astype(float).fillna(np.inf).to_numpy()
         median, low, high, coverage = median_interval(times)
-        rows.append({"task": task, "policy": policy, "seeds": len(runs),
+        rows.append({"task": task, "trace": trace, "policy": policy, "seeds": len(runs),
                      "reached": int(np.isfinite(times).sum()), "median": median, "low": low,
                      "high": high, "coverage": coverage})
-    return pd.DataFrame(rows, columns=["task", "policy", "seeds", "reached", "median", "low",
-                                       "high", "coverage"])
+    return pd.DataFrame(rows, columns=["task", "trace", "policy", "seeds", "reached", "median",
+                                       "low", "high", "coverage"])

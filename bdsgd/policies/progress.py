@@ -45,9 +45,9 @@ import math
 
 import numpy as np
 
+from bdsgd.sgd import LR_SCALING
+
 OBJECTIVES = ("throughput", "progress")  # train.objective: what a predictive policy maximises
-# train.lr_scaling: the learning rate's factor s given the accepted fraction c / n
-LR_SCALING = {"linear": lambda f: f, "sqrt": np.sqrt, "none": np.ones_like}
 
 
 def worth(c: np.ndarray, n: int, batch: int, noise: float | None,

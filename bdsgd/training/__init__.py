@@ -20,6 +20,7 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
     out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
     ``history_path``: the trace's iterations before the replayed ones (its training part), which
     a policy that learns from observations sees first; async and cyclic check and record it."""
+    cfg = cfg.for_task(task)
     if policy == "async":
         from bdsgd.training.asynchronous import train_async
 

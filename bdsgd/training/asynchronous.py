@@ -83,7 +83,7 @@ def train_async(cfg: Config, task: str, seed: int, trace_path, out_dir, history_
     r = run.prepare(cfg, task, "async", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
-    rounds, lr = tc.max_iterations, tc.learning_rate / n
+    rounds, lr = tc.max_iterations, sgd.rate_at_n(tc, n) / n
 
     with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = run.new_model(r, seed, lr)

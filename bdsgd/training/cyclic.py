@@ -81,7 +81,7 @@ def train_cyclic(cfg: Config, task: str, seed: int, trace_path, out_dir, history
     r = run.prepare(cfg, task, "cyclic", seed, trace_path, out_dir, history_path)
     tc, data, streams, device = r.tc, r.data, r.streams, r.device
     T, n = r.trace.runtimes.shape
-    lr = tc.learning_rate / n
+    lr = sgd.rate_at_n(tc, n) / n
 
     with torch_settings(tc.threads, device), stop_requests() as stop:
         model, optimizer = run.new_model(r, seed, lr)

@@ -71,7 +71,7 @@ class Recorder:
         self.last = self.log["iteration"][-1] if self.log["iteration"] else 0
         task = run.identity["task"]
         self.wandb = (tracking.start(cfg, policy, f"{task}-{policy}-s{seed}", out_dir,
-                                     "virtual_time_s", task=task, trace=tc.trace, seed=seed)
+                                     "virtual_time_s", task=task, trace=cfg.run_trace(), seed=seed)
                       if self.last < tc.max_iterations else None)
         self.shown = next((a for a in reversed(self.log["test_accuracy"]) if not math.isnan(a)),
                           math.nan)
@@ -173,7 +173,7 @@ def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace
         "task": task, "policy": policy, "seed": seed, "target_accuracy": run.target,
         **metrics_summary(metrics, run.target),
         "n_workers": n, "trace_iterations": T, "trace_cycles": run.tc.max_iterations / T,
-        **(extra or {}),
+        "trace": cfg.run_trace(), **(extra or {}),
     }
     write_json(out_dir / "result.json", {
         **stamp(cfg, seed, task=task, policy=policy, trace=str(trace_path),

@@ -42,6 +42,7 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
             history_path) -> RunSetup:
     """Read and check the trace, history, task and target; the run's checkpoint identity."""
     tc = cfg.training()
+    cfg.run_trace()  # one trace: the run's
     trace = read_trace(trace_path)
     require_cutoff(trace, str(trace_path))
     require_complete(trace, str(trace_path))

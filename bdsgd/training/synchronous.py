@@ -64,8 +64,7 @@ from bdsgd.devices import torch_settings
 from bdsgd.errors import stop_requests
 from bdsgd.loop import Server, catch_up
 from bdsgd.policies.build import build_policy, load_inputs
-from bdsgd.policies.progress import LR_SCALING
-from bdsgd.sgd import lr_factor, noise_step, sgd_step
+from bdsgd.sgd import noise_step, rate_at_n, sgd_step, step_lr
 from bdsgd.training.record import Recorder, write_outputs
 from bdsgd.training.run import (
     clock_record,
@@ -92,7 +91,7 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
     T, n = trace.runtimes.shape
 
     with torch_settings(tc.threads, device), stop_requests() as stop:
-        model, optimizer = new_model(r, seed, tc.learning_rate)
+        model, optimizer = new_model(r, seed, rate_at_n(tc, n))
         state = load_checkpoint(r, model, optimizer)
         compute, net = virtual_clock(cfg, r, model, state)
         f, comm = compute.factor, net.comm(n) / compute.factor  # comm in the trace's units
@@ -104,7 +103,7 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
                     "%s clock (%.4g s per trace unit), %s network: comm %.4g s at c=n, late %s, "
                     "target accuracy %s, device %s", task, policy, seed, n, T,
                     tc.max_iterations / T, tc.max_iterations, tc.batch_size, streams.per_epoch,
-                    tc.learning_rate, tc.lr_scaling, compute.clock, f, net.topology,
+                    rate_at_n(tc, n), tc.lr_scaling, compute.clock, f, net.topology,
                     net.comm(n)[-1], late, r.target, device)
         decision_ns: list[int] = [] if state is None else state["decision_ns"]
         rec = Recorder(cfg, r, policy, seed, out_dir, None if state is None else state["metrics"],
@@ -137,8 +136,7 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
             duration = obs.duration * f + (step.policy_s if tc.charge_decision_time else 0.0)
             clock += duration
 
-            lr = tc.learning_rate * float(LR_SCALING[tc.lr_scaling](c / n)) * lr_factor(
-                tc.lr_schedule, tc.warmup_samples, seen, c * tc.batch_size, total)
+            lr = step_lr(tc, c, n, seen, total)
             seen += c * tc.batch_size
             for group in optimizer.param_groups:
                 group["lr"] = lr

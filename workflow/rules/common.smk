@@ -17,17 +17,19 @@ from pathlib import Path
 
 import yaml
 
-from bdsgd.config import GatherConfig
+from bdsgd.config import GatherConfig, from_dict
 from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
-from bdsgd.layout import Layout
+from bdsgd.layout import DRAW, Layout, drawn_from
 from bdsgd.traces import TRACE_FIGURES
 from bdsgd.policies import spec as policy_spec
 from bdsgd.schedules import MODES
 
 EXP = config["experiment"]
 PATHS = Layout.of(EXP)
+CFG = from_dict(config, "config")  # typed: what bdsgd reads of it, the same way
 TRAIN = config["train"]
+TRAIN_TRACES = CFG.train_traces()
 RES = config["resources"]
 DIST = config["distributed"]["jobs"]
 # The rules' conda environment (workflow/envs/bdsgd.yaml) installs bdsgd from this checkout in
@@ -47,8 +49,18 @@ def one_of(names):
 
 # ----------------------------------------------------------------------------- traces
 def traces_from(*sources):
-    """Names of the traces of these sources (a regex alternation for wildcard_constraints)."""
-    return one_of(n for n, spec in config["traces"].items() if spec["source"] in sources)
+    """Names of the traces of these sources (a regex alternation for wildcard_constraints); of
+    simulated traces, their clusters drawn for other run seeds too (bdsgd.layout.cluster_draw:
+    <trace>/draw<s>, made, split and modelled by the same rules)."""
+    names = one_of(n for n, spec in config["traces"].items() if spec["source"] in sources)
+    if "simulate" not in sources:
+        return names
+    return f"(?:{names})(?:{re.escape(DRAW)}[1-9][0-9]*)?"
+
+
+def spec_of(trace):
+    """The config of a trace, or of the trace a cluster was drawn from."""
+    return config["traces"][drawn_from(trace)[0]]
 
 
 def gather_workers(trace):
@@ -57,7 +69,7 @@ def gather_workers(trace):
 
 
 def simulated(trace):
-    return config["traces"][trace]["source"] == "simulate"
+    return spec_of(trace)["source"] == "simulate"
 
 
 # ---------------------------------------------------------------------------- policies
@@ -92,19 +104,24 @@ def trace_spec(trace):
             **{k: spec[k] for k in keys[spec["source"]] if k in spec}}
 
 
-def train_of(task):
-    """train: as one convergence run of `task` sees it: its task's alone (tasks, target_accuracy;
-    the lists of policies and seeds are no stage's read: a run gets its task, policy and seed on
-    the command line, so a new one reruns no other)."""
-    targets = TRAIN["target_accuracy"]
-    return {**TRAIN, "tasks": [task],
+def train_of(task, trace):
+    """train: as one convergence run of `task` on `trace` sees it: its task's and trace's alone
+    (trace, tasks, target_accuracy, recipes; the lists of policies and seeds are no stage's read: a run
+    gets its task, policy and seed on the command line, so a new one reruns no other)."""
+    targets, recipes = TRAIN["target_accuracy"], TRAIN["recipes"]
+    return {**TRAIN, "trace": trace, "tasks": [task],
             # no target for the task: an empty table, so the run fails as with the whole config
-            "target_accuracy": {task: targets[task]} if task in targets else {}}
+            "target_accuracy": {task: targets[task]} if task in targets else {},
+            "recipes": {task: recipes[task]} if task in recipes else {}}
+
+
+RUN_CONFIG = "{task}@{trace}"  # the name of a convergence run's config file (stage train)
 
 
 def config_slice(stage, name):
-    """The config file of stage `stage` (a rule) run for `name` (a trace; a task for train, a
-    job for distributed): exactly what bdsgd.stages.STAGE_READS declares its command reads, less
+    """The config file of stage `stage` (a rule) run for `name` (a trace; <task>@<trace> for
+    train, RUN_CONFIG; a job for distributed, whose policy reads the first train trace's model):
+    exactly what bdsgd.stages.STAGE_READS declares its command reads, less
     the flags its rule passes instead (STAGE_FLAGS), and of each section the instance's part (the
     trace it makes or replays, trace_spec; of train, its task's, train_of).
 
@@ -113,10 +130,14 @@ def config_slice(stage, name):
     """
     if stage not in STAGES:
         raise ValueError(f"no config file for stage {stage!r}; stages: {STAGES}")
-    trace = TRAIN["trace"] if stage in ("train", "distributed") else name
-    task = DIST[name]["task"] if stage == "distributed" else name
+    if stage == "train":
+        task, trace = name.split("@")
+    elif stage == "distributed":
+        task, trace = DIST[name]["task"], TRAIN_TRACES[0]
+    else:
+        task, trace = None, name
     whole = {**config, "experiment": EXP, "traces": {trace: trace_spec(trace)},
-             "train": train_of(task) if stage in ("train", "distributed") else TRAIN}
+             "train": TRAIN if task is None else train_of(task, trace)}
     out = {}
     for key in slice_keys(stage):
         section, _, sub = key.partition(".")
@@ -128,11 +149,20 @@ def config_slice(stage, name):
 
 
 # ------------------------------------------------------------------------------ runs
+def cluster(wc):
+    """The trace, or the cluster drawn from it for the run's seed, that a run replays."""
+    return CFG.cluster_of(wc.trace, int(wc.seed))
+
+
 def run_targets():
+    """Every run of every trace, task, policy and seed; a policy that reads the simulator's
+    truth (bayes) on the simulated traces only."""
     return [
-        PATHS.run("result.json", task, policy, seed)
+        PATHS.run("result.json", trace, task, policy, seed)
+        for trace in TRAIN_TRACES
         for task in TRAIN["tasks"]
         for policy in TRAIN["policies"]
+        if simulated(trace) or not policy_needs([policy], "needs_truth")
         for seed in TRAIN["seeds"]
     ]
 

@@ -8,7 +8,7 @@
 rule distributed:
     input:
         config=PATHS.stage_config("distributed", "{job}"),
-        model=lambda wc: model_input(TRAIN["trace"], [DIST[wc.job]["policy"]]),
+        model=lambda wc: model_input(TRAIN_TRACES[0], [DIST[wc.job]["policy"]]),
     output:
         result=PATHS.distributed(),
         metrics=PATHS.distributed(file="result.metrics.parquet"),

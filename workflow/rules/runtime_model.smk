@@ -5,7 +5,8 @@
 
 rule train_model:
     input:
-        config=PATHS.stage_config("train_model", "{trace}"),
+        # a drawn cluster's model is trained as its trace's
+        config=lambda wc: PATHS.stage_config("train_model", drawn_from(wc.trace)[0]),
         trace=PATHS.trace(part="train"),
     output:
         PATHS.model(),

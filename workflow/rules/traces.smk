@@ -3,9 +3,11 @@
 # picked by its source (each rule's wildcard_constraints).
 
 
+# A simulated trace, or a cluster drawn from its scenario for run seed s (<trace>/draw<s>: the
+# config's seed + s; common.smk: traces_from).
 rule simulate_trace:
     input:
-        PATHS.stage_config("simulate_trace", "{trace}"),
+        lambda wc: PATHS.stage_config("simulate_trace", drawn_from(wc.trace)[0]),
     output:
         trace=PATHS.trace(),
         truth=PATHS.truth(),
@@ -13,6 +15,9 @@ rule simulate_trace:
         PATHS.trace_log("simulate"),
     wildcard_constraints:
         trace=traces_from("simulate"),
+    params:
+        name=lambda wc: drawn_from(wc.trace)[0],
+        seed=lambda wc: config["seed"] + drawn_from(wc.trace)[1],
     threads: 1
     resources:
         mem_mb=RES["simulate_mem_mb"],
@@ -20,7 +25,8 @@ rule simulate_trace:
     conda:
         "../envs/bdsgd.yaml"
     shell:
-        "bdsgd traces simulate --config {input} --name {wildcards.trace} --out {output.trace} > {log} 2>&1"
+        "bdsgd traces simulate --config {input} --name {params.name} --seed {params.seed} "
+        "--out {output.trace} > {log} 2>&1"
 
 
 rule import_trace:
@@ -78,7 +84,7 @@ rule split_trace:
     wildcard_constraints:
         trace=traces_from("import", "gather"),
     params:
-        fraction=lambda wc: config["traces"][wc.trace]["train_fraction"],
+        fraction=lambda wc: spec_of(wc.trace)["train_fraction"],
     conda:
         "../envs/bdsgd.yaml"
     shell:

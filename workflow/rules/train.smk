@@ -1,26 +1,28 @@
-# Stage 4: convergence runs on the virtual cluster (task x policy x seed), whose clock is driven
-# by the test part of the trace named in train.trace; policies that learn from observations
-# first see its training part (--history), as the server that gathered it would have. A run
-# reads its task's config (not the list of tasks, policies or seeds): one more seed or policy
-# adds runs and reruns none.
+# Stage 4: convergence runs on the virtual cluster (trace x task x policy x seed), whose clock is
+# driven by the test part of a trace of train.trace (of a simulated trace, the cluster drawn for
+# the run's seed: CFG.cluster_of); policies that learn from observations first see its training
+# part (--history), as the server that gathered it would have. A run reads its task's and trace's
+# config (not the lists of traces, tasks, policies or seeds): one more adds runs and reruns none.
 
 
 rule train:
     input:
-        config=PATHS.stage_config("train", "{task}"),
-        trace=PATHS.trace(TRAIN["trace"], "test"),
-        history=PATHS.trace(TRAIN["trace"], "train"),
-        model=lambda wc: model_input(TRAIN["trace"], [wc.policy]),
-        truth=lambda wc: truth_input(TRAIN["trace"], [wc.policy]),
+        config=PATHS.stage_config("train", RUN_CONFIG),
+        trace=lambda wc: PATHS.trace(cluster(wc), "test"),
+        history=lambda wc: PATHS.trace(cluster(wc), "train"),
+        model=lambda wc: model_input(cluster(wc), [wc.policy]),
+        truth=lambda wc: truth_input(cluster(wc), [wc.policy]),
     output:
         result=PATHS.run("result.json"),
         metrics=PATHS.run("metrics.parquet"),
         network=PATHS.run("model.pt"),
     log:
         PATHS.run_log(),
+    wildcard_constraints:
+        trace=one_of(TRAIN_TRACES),
     params:
         model=lambda wc, input: f"--model {input.model}" if input.model else "",
-        out=lambda wc: PATHS.run_dir(wc.task, wc.policy, wc.seed),
+        out=lambda wc: PATHS.run_dir(wc.trace, wc.task, wc.policy, wc.seed),
     # the run sets torch's threads to train.threads
     threads: TRAIN["threads"]
     resources:
