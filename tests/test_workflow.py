@@ -71,13 +71,13 @@ def test_tiny_dag_end_to_end_draws_every_figure_and_table(tiny_dag):
 def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
     """Each stage's config file holds exactly what bdsgd.stages.STAGE_READS declares its command
     reads (less the flags its rule passes instead), with the values the whole config gives: of a
-    trace's stages, that trace's; of a run's, its task's."""
+    trace's stages, that trace's; of a run's, its task's and trace's."""
     a, _, cfg = tiny_dag
     whole = from_dict(cfg)
     stages = a / "results/tiny/config"
     raw = {str(p.relative_to(stages).with_suffix("")): yaml.safe_load(p.read_text())
            for p in stages.rglob("*.yaml")}
-    assert set(raw) == {"simulate_trace/sim", "train/digits", *(
+    assert set(raw) == {"simulate_trace/sim", "train/digits@sim", *(
         f"{stage}/{trace}" for stage in ("train_model", "evaluate_model", "throughput")
         for trace in ("sim", "pai"))}
     for name, data in raw.items():
@@ -87,7 +87,8 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
         for section, value in data.items():
             declared = {k.partition(".")[2] for k in keys if k.startswith(f"{section}.")}
             assert not declared or set(value) == declared, (name, section)
-        trace = whole.train.trace if stage == "train" else instance
+        task, _, trace = instance.partition("@")  # a run's: <task>@<trace>
+        trace = trace or instance
         assert set(data["traces"]) == {trace}, name
         sliced = load_stage_config(stages / f"{name}.yaml", stage)
         for key in keys:
@@ -98,13 +99,13 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
             if key == "traces":  # what makes the trace (split reads train_fraction as a flag)
                 got, want = got[trace], dataclasses.replace(want[trace], train_fraction=0.5)
             elif key == "train.tasks":
-                want = (instance,)
+                want = (task,)
             elif key == "train.target_accuracy":
-                want = {instance: want[instance]}
+                want = {task: want[task]}
             assert got == want, (name, key)
     # a run gets its task, policy and seed on the command line: no list of them in its config
-    assert not {"policies", "seeds"} & set(raw["train/digits"]["train"])
-    assert raw["train/digits"]["train"]["tasks"] == ["digits"]
+    assert not {"policies", "seeds"} & set(raw["train/digits@sim"]["train"])
+    assert raw["train/digits@sim"]["train"]["tasks"] == ["digits"]
 
 
 def test_the_stages_are_the_workflows_rules():
@@ -160,10 +161,11 @@ UPSTREAM = {"simulate_trace", "import_trace", "gather_trace", "split_trace",
 @pytest.mark.slow
 @pytest.mark.parametrize("change", ["none", "seed", "wandb.mode", "train.learning_rate"])
 def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
-    """One more seed adds its runs and redraws the figures; a new train: key reruns the
-    convergence runs; a new wandb.mode reruns the stages that log to W&B (model training and
-    the convergence runs) and what reads their outputs. None touches a trace (each stage reads
-    its own config file, results/<exp>/config/<rule>/<name>.yaml)."""
+    """One more seed adds its runs, on a cluster drawn for it (simulated, split, modelled), and
+    redraws the figures; a new train: key reruns the convergence runs; a new wandb.mode reruns
+    the stages that log to W&B (model training and the convergence runs) and what reads their
+    outputs. None touches an existing trace (each stage reads its own config file,
+    results/<exp>/config/<rule>/<name>.yaml)."""
     a, _, cfg = tiny_dag
     cfg = yaml.safe_load(yaml.safe_dump(cfg))
     runs = "results/tiny/runs/sim/digits"
@@ -181,19 +183,23 @@ def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
         return
     if change == "wandb.mode":
         assert jobs["stage_config"] == {f"results/tiny/config/{stage}.yaml" for stage in (
-            "train/digits", "train_model/sim", "train_model/pai")}
+            "train/digits@sim", "train_model/sim", "train_model/pai")}
         assert {"train_model", "evaluate_model", "throughput", "train", "figures"} <= set(jobs)
         assert not {"simulate_trace", "import_trace", "split_trace", "describe_trace"} & set(jobs)
         return
+    outputs = ("result.json", "metrics.parquet", "model.pt")
+    if change == "seed":  # the new runs, on a cluster of their own: no existing output changes
+        draw = {"simulate_trace", "split_simulated_trace", "train_model"}
+        assert all(f.startswith(("results/tiny/traces/sim/draw1/", "results/tiny/models/sim/draw1/"))
+                   for rule in draw for f in jobs.pop(rule)), jobs
+        assert "stage_config" not in jobs
     assert not UPSTREAM & set(jobs), jobs
     assert set(jobs) <= {"resolved_config", "stage_config", "train", "figures"}, jobs
     assert "figures" in jobs
-    outputs = ("result.json", "metrics.parquet", "model.pt")
-    if change == "seed":  # the new runs only: no existing run, no stage's config changes
-        assert "stage_config" not in jobs
+    if change == "seed":
         assert jobs["train"] == {f"{runs}/{p}/seed1/{f}" for p in ("sync", "bdsgd") for f in outputs}
     else:  # the train stage's config changed: every run reads it
-        assert jobs["stage_config"] == {"results/tiny/config/train/digits.yaml"}
+        assert jobs["stage_config"] == {"results/tiny/config/train/digits@sim.yaml"}
         assert jobs["train"] == {f"{runs}/{p}/seed0/{f}" for p in ("sync", "bdsgd") for f in outputs}
 
 
