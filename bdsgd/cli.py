@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=flags.seed, help="seed (default: the config's seed, else 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--trace-name", help="the trace's name in W&B (default: the file's stem)")
+    p.add_argument("--paper", action="store_true", help="train Teng & Wood's model, the one "
+                   "bdsgd-paper reads: Gaussian emission, censored run-times imputed "
+                   "(policies.PAPER_MODEL over the config's model:)")
     p.set_defaults(func=commands.cmd_model_train)
 
     p = msub.add_parser("evaluate", help="held-out likelihood, interval coverage and policy throughput")
@@ -123,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE", help="trace to replay (Parquet, no censored values)")
     p.add_argument("--policies", required=True, help=_policy_help())
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
+    p.add_argument("--paper-model", help="the paper's run-time model (needed by bdsgd-paper: "
+                   "'bdsgd model train --paper')")
     p.add_argument("--rule", choices=[*RULES, "both"], default=None,
                    help="decision rule of the predictive policies (default: the config's policies.rule); "
                         "'both' reports each policy under each rule")
@@ -156,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=flags.seed, required=True, help="seed of data order, init and policy")
     p.add_argument("--trace", required=True, help="trace whose run-times drive the virtual clock")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
+    p.add_argument("--paper-model", help="the paper's run-time model (needed by bdsgd-paper: "
+                   "'bdsgd model train --paper')")
     p.add_argument("--history", metavar="TRACE",
                    help="the trace's earlier iterations (e.g. its training part): policies that "
                         "learn from observations see them first, instead of starting cold")
@@ -173,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default="digits", choices=TASKS, help="data set and network")
     p.add_argument("--config", help="experiment config: train: and policies: (default: defaults)")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
+    p.add_argument("--paper-model", help="the paper's run-time model (needed by bdsgd-paper: "
+                   "'bdsgd model train --paper')")
     p.add_argument("--late", choices=["abandon", "finish"], default="abandon",
                    help="what a worker that missed the cutoff does: drop its work when new "
                         "parameters arrive, or finish it (the server records its run-time)")

@@ -107,6 +107,7 @@ def cmd_model_train(args):
     from dataclasses import replace
 
     from bdsgd.config import default_config
+    from bdsgd.policies import PAPER_MODEL
     from bdsgd.runtime_model.train import train_model
     from bdsgd.stages import load_stage_config
     from bdsgd.traces.io import read_trace
@@ -115,6 +116,8 @@ def cmd_model_train(args):
     trace = read_trace(args.trace)
     cfg = load_stage_config(args.config, "train_model") if args.config else default_config()
     mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
+    if args.paper:  # Teng & Wood's model (bdsgd-paper's)
+        mcfg = replace(mcfg, **PAPER_MODEL)
     seed = cfg.seed if args.seed is None else args.seed
     train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
                 trace_name=args.trace_name or Path(args.trace).stem)
@@ -159,10 +162,12 @@ def cmd_throughput(args):
 
     for flag, out in (("--json", args.json), ("--decisions", args.decisions),
                       ("--comm-sweep", args.comm_sweep)):
-        check_output(flag, out, inputs=(args.trace, args.model, args.config, args.history))
+        check_output(flag, out, inputs=(args.trace, args.model, args.paper_model, args.config,
+                                        args.history))
     cfg = load_stage_config(args.config, "throughput") if args.config else None
     run_benchmark(trace_path=args.trace, policies=[p for p in args.policies.split(",") if p],
-                  model_path=args.model, rule=args.rule, comm_s=args.comm_s, json_out=args.json,
+                  model_path=args.model, paper_model_path=args.paper_model, rule=args.rule,
+                  comm_s=args.comm_s, json_out=args.json,
                   decisions_out=args.decisions, cfg=cfg, seed=args.seed,
                   history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep)
 
@@ -174,7 +179,8 @@ def cmd_train(args):
     check_output("--out", args.out, folder=True)
     cfg = load_stage_config(args.config, "train", args.task)
     train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
-              out_dir=args.out, model_path=args.model, history_path=args.history)
+              out_dir=args.out, model_path=args.model, history_path=args.history,
+              paper_model_path=args.paper_model)
 
 
 def cmd_distributed(args):

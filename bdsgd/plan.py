@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from bdsgd.config import Config
+from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
 from bdsgd.schedules import MODES
 
@@ -112,20 +113,28 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list
 
 
 def _draws(cfg: Config) -> list[Job]:
-    """The clusters drawn for run seeds (``Config.cluster_of``): each simulated, split and, where
-    a run's policy reads a model, modelled as its trace is."""
+    """The clusters drawn for run seeds (``Config.cluster_of``): each simulated and split, and
+    the runs' run-time model (model.pt) trained on it where a run's policy reads one; and the
+    paper's (paper.pt) of every trace and cluster whose replay or runs read it."""
     res, tc = cfg.resources, cfg.training()
-    modelled = any(policy_spec(p).needs_model for p in tc.policies if p not in MODES)
-    out = []
+    runs, replays = model_files(tc.policies), model_files(cfg.throughput.policies)
+    out, papers = [], set(cfg.traces) if "paper.pt" in replays else set()
     for trace in cfg.train_traces():
-        drawn = len({cfg.cluster_of(trace, seed) for seed in tc.seeds} - {trace})
+        clusters = {cfg.cluster_of(trace, seed) for seed in tc.seeds}
+        drawn = len(clusters - {trace})
         if drawn:
             out += [Job("simulate_trace", f"{trace} draws", drawn, 0, res.simulate_mem_mb,
                         res.simulate_runtime_min, None),
                     Job("split_simulated_trace", f"{trace} draws", drawn, 0, None, None, 0.0)]
-        if drawn and modelled:
+        if drawn and "model.pt" in runs:
             out.append(Job("train_model", f"{trace} draws", drawn, 0, res.model_mem_mb,
                            res.model_runtime_min, None))
+        papers |= clusters if "paper.pt" in runs else set()
+    if "paper.pt" in model_files([job.policy for job in cfg.distributed.jobs.values()]):
+        papers.add(cfg.train_traces()[0])  # a distributed job's policy reads the first trace's
+    if papers:
+        out.append(Job("train_paper_model", "paper's models", len(papers), 0, res.model_mem_mb,
+                       res.model_runtime_min, None))
     return out
 
 

@@ -81,7 +81,7 @@ def _describe(trace: Trace, path: str, net: Network, late: str, oracle_rate: flo
 def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
                   seed: int | None = None, history_path=None, threads: int | None = None,
-                  sweep_out=None) -> dict:
+                  sweep_out=None, paper_model_path=None) -> dict:
     """Replay ``trace_path`` under every policy; write the table (JSON), the decisions (Parquet)
     and, given ``sweep_out``, the communication sweep (CSV, ``comm_sweep``).
 
@@ -117,7 +117,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     require_cutoff(trace, trace_path)
     if "async" in policies:
         require_server(resolved, "the async reference")
-    inputs = load_inputs([p for p in policies if p != "async"], trace_path, model_path)
+    inputs = load_inputs([p for p in policies if p != "async"], trace_path, model_path,
+                         paper_model_path)
     history = read_history(history_path, trace, trace_path)
 
     comm = net.comm(trace.n_workers)
@@ -156,8 +157,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
                                "note": "reference: applies every gradient, one at a time, "
                                        "ignoring staleness; its relative_to_oracle may exceed 1"}
                 table[name]["relative_to_oracle"] = table[name]["gradients_per_s"] / oracle_rate
-            elif not spec(name).predictive:
-                table[name] = row(name, None)
+            elif not spec(name).predictive or spec(name).paper:  # no rule to choose
+                table[name] = row(name, rule_of(name, default_rule))
             elif rule == "both":
                 for r in RULES:
                     table[f"{name}/{r}"] = row(name, r)
@@ -208,13 +209,21 @@ def comm_sweep(trace: Trace, cfg, policies: list[str], rule: str,
             for name in policies:
                 if name == "oracle":
                     continue
-                run = replayed(name, rule if spec(name).predictive else None, comm)
+                run = replayed(name, rule_of(name, rule), comm)
                 rates[name] = (run.gradients_per_s, float(run.cutoffs.mean()))
             rows += [{"ratio": ratio, "topology": topology, "policy": name,
                       "gradients_per_s": rate, "relative_to_oracle": rate / oracle,
                       "relative_to_sync": rate / sync, "mean_cutoff": c}
                      for name, (rate, c) in rates.items()]
     return pd.DataFrame(rows)
+
+
+def rule_of(name: str, rule: str) -> str | None:
+    """The decision rule policy ``name`` replays under when ``rule`` is asked: none for a policy
+    without one, the paper's own (ratio) for bdsgd-paper."""
+    if not spec(name).predictive:
+        return None
+    return "ratio" if spec(name).paper else rule
 
 
 def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], default_rule: str,
@@ -225,7 +234,7 @@ def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], defau
         if name == "async":
             continue
         base, _, r = name.partition("/")
-        r = r or (default_rule if spec(base).predictive else None)
+        r = r or rule_of(base, default_rule)
         result, _ = runs[base, r]
         replays.append((name, result))
     T = trace.n_iterations

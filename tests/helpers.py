@@ -236,16 +236,27 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
     import yaml
 
     from bdsgd.layout import Layout, cluster_draw
-    from bdsgd.policies import spec
-    from bdsgd.schedules import MODES
+    from bdsgd.policies import model_files
 
     cfg = yaml.safe_load(config.read_text())
     paths = Layout.of(cfg["experiment"])
     env = dict(os.environ if env is None else env, OMP_NUM_THREADS="1",
                PYTHONWARNINGS="error::DeprecationWarning:bdsgd")
 
-    def needs_model(policies):
-        return any(spec(p).needs_model for p in policies if p not in MODES)
+    def model_flags(cluster, policies):
+        """The run-time models of ``cluster`` that ``policies`` read, as flags."""
+        flag = {"model.pt": "--model", "paper.pt": "--paper-model"}
+        return [a for file in model_files(policies) for a in (flag[file], paths.model(cluster, file))]
+
+    def train_models(cluster, policies, *always: str):
+        """Train ``cluster``'s run-time models that ``policies`` read (and ``always``'s), those
+        not trained yet."""
+        for file in sorted({*always, *model_files(policies)}):
+            if (workdir / paths.model(cluster, file)).exists():
+                continue
+            bdsgd("model", "train", paths.trace(cluster, "train"), "--config", config, "--out",
+                  paths.model(cluster, file), "--quiet", "--trace-name", cluster,
+                  *(["--paper"] if file == "paper.pt" else []))
 
     def bdsgd(*args, stdout: str | None = None) -> None:
         args = [str(a) for a in args]
@@ -273,14 +284,12 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
               trace.get("train_fraction", 0.5), "--train", paths.trace(name, "train"),
               "--test", paths.trace(name, "test"))
         bdsgd("traces", "describe", "--json", paths.trace(name), stdout=paths.describe(name))
-        bdsgd("model", "train", paths.trace(name, "train"), "--config", config,
-              "--out", paths.model(name), "--quiet", "--trace-name", name)
+        train_models(name, throughput, "model.pt")  # model.pt: evaluated whoever reads it
         bdsgd("model", "evaluate", paths.model(name), paths.trace(name, "test"),
               "--config", config, "--json", paths.model(name, "evaluation.json"),
               "--predictions", paths.model(name, "predictions.parquet"))
-        model = ["--model", paths.model(name)] if needs_model(throughput) else []
         bdsgd("throughput", paths.trace(name, "test"), "--policies", ",".join(throughput),
-              *model, "--rule", "both", "--history", paths.trace(name, "train"),
+              *model_flags(name, throughput), "--rule", "both", "--history", paths.trace(name, "train"),
               "--config", config, "--json", paths.throughput(name),
               "--decisions", paths.throughput(name, "decisions.parquet"),
               "--comm-sweep", paths.throughput(name, "comm_sweep.csv"))
@@ -296,15 +305,13 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
                 bdsgd("traces", "split", paths.trace(cluster), "--train-fraction",
                       cfg["traces"][trace].get("train_fraction", 0.5), "--train",
                       paths.trace(cluster, "train"), "--test", paths.trace(cluster, "test"))
-                if needs_model(train["policies"]):
-                    bdsgd("model", "train", paths.trace(cluster, "train"), "--config", config,
-                          "--out", paths.model(cluster), "--quiet", "--trace-name", cluster)
+            train_models(cluster, train["policies"])
             for task in train["tasks"]:
                 for policy in train["policies"]:
-                    model = ["--model", paths.model(cluster)] if needs_model([policy]) else []
                     bdsgd("train", "--config", config, "--task", task, "--policy", policy,
                           "--seed", seed, "--trace", paths.trace(cluster, "test"),
-                          "--history", paths.trace(cluster, "train"), *model,
+                          "--history", paths.trace(cluster, "train"),
+                          *model_flags(cluster, [policy]),
                           "--out", paths.run_dir(trace, task, policy, seed))
     bdsgd("figures", paths.results, "--out", paths.figures)
 

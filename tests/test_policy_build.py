@@ -99,3 +99,24 @@ def test_chen_et_als_sweep_names_the_backups_as_a_share_of_n(name, n, c):
 @pytest.mark.parametrize("name", ["static-100pct", "static-5", "static-pct", "static--5pct"])
 def test_a_static_sweep_name_out_of_range_is_unknown(name):
     assert not is_known(name)
+
+
+def test_the_papers_bdsgd_reads_its_own_model_and_rule(files, tmp_path, capsys):
+    """bdsgd-paper: the model `bdsgd model train --paper` trains (Gaussian emission, censored
+    run-times imputed), read from --paper-model (its absence one line naming that flag), the
+    ratio rule whatever policies.rule, and no margin; bdsgd keeps --model and the config's."""
+    cfg = default_config()
+    paper = tmp_path / "paper.pt"
+    assert main(["model", "train", str(files["trace"]), "--out", str(paper), "--epochs", "1",
+                 "--paper", "--quiet"]) == 0
+    saved = torch.load(paper, weights_only=True)["config"]
+    assert (saved["emission"], saved["censoring"]) == ("gaussian", "impute")
+    err = one_line_error(capsys, ["throughput", files["trace"], "--policies", "bdsgd-paper",
+                                  "--model", paper, "--json", tmp_path / "t.json"])
+    assert "--paper-model: bdsgd-paper: " in err
+    model = RuntimeModel(cfg.model, N)
+    policy = build_policy("bdsgd-paper", cfg, seed=0, n_workers=N,
+                          inputs=Inputs(paper_model=model, paper_model_path=str(paper)))
+    assert (policy.rule, policy.min_gain) == ("ratio", 0.0) and cfg.policies.rule == "rate"
+    ours = build_policy("bdsgd-model", cfg, seed=0, n_workers=N, inputs=Inputs(model=model))
+    assert (ours.rule, ours.min_gain) == ("rate", cfg.policies.min_gain)

@@ -68,7 +68,7 @@ def launch(job: Job) -> dict:
     load_task(job.task, cfg.training().data_dir)
     select_device(cfg.training().device, 0, cfg.source)
     build_policy(job.policy, cfg, seed=job.seed, n_workers=job.workers, comm=0.0, real=True,
-                 inputs=load_inputs([job.policy], "<distributed>", job.model))
+                 inputs=load_inputs([job.policy], "<distributed>", job.model, job.paper_model))
     port, world = _free_port(), job.workers + 1
     cmd = [sys.executable, "-m", "bdsgd.distributed.launch", "--job", job.to_json()]
     base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -124,7 +124,7 @@ def job_from_args(args) -> Job:
     """The job of a ``bdsgd distributed`` command line (its flags' values already checked by the
     parser: ``bdsgd.flags``), checked across flags, its outputs too, before anything starts."""
     job = Job(workers=args.workers, policy=args.policy, iterations=args.iterations,
-              task=args.task, config=args.config, model=args.model,
+              task=args.task, config=args.config, model=args.model, paper_model=args.paper_model,
               json=str(Path(args.json).resolve()), late=args.late,
               straggler=args.inject_straggler, kill=args.kill_worker, delay_s=args.delay_s,
               extra_parameters=args.extra_parameters, delay_trace=args.delay_trace,
@@ -147,7 +147,8 @@ def job_from_args(args) -> Job:
     # checkpoint while it runs)
     stem = Path(args.json).with_suffix("")
     check_output("--json", args.json, f"{stem}.metrics.parquet", f"{stem}.trace.parquet",
-                 f"{stem}.checkpoint.pt", inputs=(args.config, args.model, args.delay_trace))
+                 f"{stem}.checkpoint.pt",
+                 inputs=(args.config, args.model, args.paper_model, args.delay_trace))
     return job
 
 

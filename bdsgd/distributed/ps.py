@@ -78,7 +78,8 @@ class ParameterServer:
         self.job, self.cfg, self.tc, self.device = job, cfg, cfg.training(), device
         self.n, n = job.workers, job.workers
         self.policy = build_policy(job.policy, cfg, seed=job.seed, n_workers=n,
-                                   inputs=load_inputs([job.policy], "<distributed>", job.model),
+                                   inputs=load_inputs([job.policy], "<distributed>", job.model,
+                                                      job.paper_model),
                                    comm=0.0, real=True)
         self.data = load_task(job.task, self.tc.data_dir)
         torch.manual_seed(job.seed)

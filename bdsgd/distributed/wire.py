@@ -38,6 +38,7 @@ class Job:
     task: str = "digits"
     config: str | None = None  # experiment config: train: and policies: sections
     model: str | None = None  # run-time model checkpoint (bdsgd)
+    paper_model: str | None = None  # the paper's (bdsgd-paper)
     json: str = "distributed.json"
     late: str = "abandon"  # abandon | finish
     straggler: tuple[int, float] | None = None  # (worker, factor): its work takes factor x

@@ -41,6 +41,7 @@ POLICY_COLOURS = {
     "persist": "#1b9e77",
     "bdsgd": "#d62728",  # red: the method of the paper
     "bdsgd-model": "#ff9896",  # light red: the run-time model alone, without the averaging
+    "bdsgd-paper": "#8b0000",  # dark red: Teng & Wood's own (their model, ratio rule, no margin)
     "bayes": "#e377c2",
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#2ca02c",

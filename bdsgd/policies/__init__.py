@@ -2,8 +2,9 @@
 builds one for a run, with every check.
 
 Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model averaged
-with simple predictors, ``policies.averaging``) and bdsgd-model (the model alone, the paper's
-BDSGD), both needing a run-time model, bayes (needs the simulator's truth), oracle and
+with simple predictors, ``policies.averaging``), bdsgd-model (the model alone) and bdsgd-paper
+(Teng & Wood's own: the model trained their way, ``PAPER_MODEL``, their ratio rule, no margin),
+each needing a run-time model, bayes (needs the simulator's truth), oracle and
 oracle-myopic (need the future run-times: references only), static-<p>pct (Chen et al.'s
 backup workers at p % of n, for their sweep beside ``static``'s configured count), and
 explore-<name> around any causal one. ``async`` and ``cyclic`` are training modes, not cutoff policies
@@ -31,6 +32,14 @@ class Spec:
     needs_model: bool = False  # a trained run-time model (--model)
     needs_truth: bool = False  # the simulator's latent state (the trace's truth sidecar)
     needs_future: bool = False  # the replayed run-times themselves: a reference, not causal
+    # Teng & Wood's own BDSGD: a model trained their way (PAPER_MODEL, --paper-model), their
+    # decision rule (ratio) whatever policies.rule, and no margin (policies.min_gain)
+    paper: bool = False
+
+
+# How Teng & Wood's model is trained (`bdsgd model train --paper`): Gaussian emissions in the
+# run-time itself, censored run-times imputed from the same iteration's observed ones.
+PAPER_MODEL = {"emission": "gaussian", "censoring": "impute"}
 
 
 SPECS = {
@@ -43,6 +52,7 @@ SPECS = {
     "persist": Spec(predictive=True, learns=True),
     "bdsgd": Spec(predictive=True, learns=True, needs_model=True),
     "bdsgd-model": Spec(predictive=True, learns=True, needs_model=True),
+    "bdsgd-paper": Spec(predictive=True, learns=True, needs_model=True, paper=True),
     # bayes knows the true state already: a history has nothing to teach it
     "bayes": Spec(predictive=True, needs_truth=True),
     "oracle": Spec(needs_future=True),
@@ -72,6 +82,15 @@ def spec(name: str) -> Spec:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)}, "
                          "static-<p>pct or explore-<causal policy>")
     return SPECS[base]
+
+
+def model_files(policies) -> list[str]:
+    """The run-time models (files under models/<trace>/) that ``policies`` read: model.pt
+    (bdsgd, bdsgd-model), paper.pt (bdsgd-paper: ``bdsgd model train --paper``). The training
+    modes async and cyclic read none."""
+    needs = [spec(p) for p in policies if p not in ("async", "cyclic")]
+    return [file for file, paper in (("model.pt", False), ("paper.pt", True))
+            if any(need.needs_model and need.paper == paper for need in needs)]
 
 
 def is_known(name: str) -> bool:

@@ -22,7 +22,7 @@ import numpy as np
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
 from bdsgd.cutoff import comm_at, observation
 from bdsgd.errors import UserError
-from bdsgd.policies import backups_of, spec
+from bdsgd.policies import Spec, backups_of, spec
 
 if TYPE_CHECKING:
     from bdsgd.policies.base import Policy
@@ -40,25 +40,36 @@ def policy_spec(name: str, flag: str = "--policy"):
 @dataclass(frozen=True)
 class Inputs:
     """What a run's policies read besides the config: the run-time model (bdsgd, bdsgd-model),
-    the file it came from (errors name it) and the simulator's truth (bayes)."""
+    the paper's (bdsgd-paper), the files they came from (errors name them) and the simulator's
+    truth (bayes)."""
 
     model: object = None
     model_path: str = "--model"
     truth: object = None
+    paper_model: object = None
+    paper_model_path: str = "--paper-model"
 
 
-def load_inputs(names: list[str], trace_path, model_path) -> Inputs:
-    """The run-time model and the simulator's truth that the policies ``names`` need, read once
+def _model(needs: list[Spec], paper: bool, path, flag: str, train: str):
+    """The run-time model the policies ``needs`` read, of the paper's kind or not: loaded from
+    ``path`` (``flag``'s value), None where none reads it."""
+    if not any(need.needs_model and need.paper == paper for need in needs):
+        return None
+    if path is None:
+        raise UserError(flag, "bdsgd-paper" if paper else "bdsgd", "the policy needs a run-time "
+                        f"model: pass {flag} MODEL.pt (from '{train}')")
+    from bdsgd.runtime_model.checkpoint import load_model
+
+    return load_model(path)
+
+
+def load_inputs(names: list[str], trace_path, model_path, paper_model_path=None) -> Inputs:
+    """The run-time models and the simulator's truth that the policies ``names`` need, read once
     (a policy that needs one and has none is a one-line error naming the flag or the file)."""
     needs = [policy_spec(name, "--policies" if len(names) > 1 else "--policy") for name in names]
-    model = truth = None
-    if any(need.needs_model for need in needs):
-        if model_path is None:
-            raise UserError("--model", "bdsgd", "policy bdsgd needs a run-time model: pass "
-                            "--model MODEL.pt (from 'bdsgd model train')")
-        from bdsgd.runtime_model.checkpoint import load_model
-
-        model = load_model(model_path)
+    truth = None
+    model = _model(needs, False, model_path, "--model", "bdsgd model train")
+    paper = _model(needs, True, paper_model_path, "--paper-model", "bdsgd model train --paper")
     if any(need.needs_truth for need in needs):
         from bdsgd.traces.simulate import read_truth, truth_path
 
@@ -67,7 +78,7 @@ def load_inputs(names: list[str], trace_path, model_path) -> Inputs:
             raise UserError(str(trace_path), "bayes", f"policy bayes needs the simulator's truth "
                             f"{sidecar} beside the trace (only simulated traces have one)")
         truth = read_truth(sidecar)
-    return Inputs(model, str(model_path), truth)
+    return Inputs(model, str(model_path), truth, paper, str(paper_model_path))
 
 
 def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Trace | None = None,
@@ -83,16 +94,18 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
     (None: throughput); ``real``: a real cluster, which has no truth and no future; ``rule``
     None: the config's; ``comm`` (a number, or comm(c) for c = 1..n, in the trace's units) None:
     the config's throughput.comm_s."""
-    need, model, truth = policy_spec(name), inputs.model, inputs.truth
+    need, truth = policy_spec(name), inputs.truth
+    model, model_path, flag = ((inputs.paper_model, inputs.paper_model_path, "--paper-model")
+                               if need.paper else (inputs.model, inputs.model_path, "--model"))
     source = "<distributed>" if trace is None else trace.file
     if real and (need.needs_truth or need.needs_future):
         raise UserError("--policy", name, "needs the simulator's truth or the future run-times, "
                         "which a real cluster does not have")
     if need.needs_model:
         if model is None:
-            raise UserError("--model", name, f"policy {name} needs a run-time model: pass --model")
+            raise UserError(flag, name, f"policy {name} needs a run-time model: pass {flag}")
         if model.n_workers != n_workers:
-            raise UserError(inputs.model_path, "n_workers",
+            raise UserError(model_path, "n_workers",
                             f"the run-time model was trained on {model.n_workers} workers; this run "
                             f"has {n_workers}: train one on a trace of {n_workers} workers")
     if need.needs_truth:
@@ -150,7 +163,7 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     from bdsgd.policies.progress import OBJECTIVES
 
     need = spec(name)
-    rule = cfg.rule if rule is None else rule
+    rule = "ratio" if need.paper else cfg.rule if rule is None else rule
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
     if need.needs_model and model is None:
@@ -174,8 +187,9 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     if name == "oracle-myopic":
         return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm))
     predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset)
-    # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics
-    min_gain = cfg.min_gain if need.learns else 0.0
+    # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics;
+    # the paper's BDSGD has none
+    min_gain = cfg.min_gain if need.learns and not need.paper else 0.0
     return PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife, min_gain,
                             objective, batch, lr_scaling)
 
@@ -201,7 +215,7 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
     from bdsgd.policies.model_predictor import ModelPredictor
 
     predictor = ModelPredictor(model, seed=seed, compile=cfg.compile)
-    if name == "bdsgd-model":
+    if name in ("bdsgd-model", "bdsgd-paper"):
         return predictor
     simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
     return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)

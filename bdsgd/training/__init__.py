@@ -15,7 +15,7 @@ from bdsgd.config import Config
 
 
 def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
-              model_path=None, history_path=None) -> Path:
+              model_path=None, history_path=None, paper_model_path=None) -> Path:
     """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
     out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
     ``history_path``: the trace's iterations before the replayed ones (its training part), which
@@ -31,4 +31,5 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
         return train_cyclic(cfg, task, seed, trace_path, out_dir, history_path)
     from bdsgd.training.synchronous import train_cutoff
 
-    return train_cutoff(cfg, task, policy, seed, trace_path, out_dir, model_path, history_path)
+    return train_cutoff(cfg, task, policy, seed, trace_path, out_dir, model_path, history_path,
+                        paper_model_path)

@@ -79,7 +79,7 @@ logger = logging.getLogger(__name__)
 
 
 def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
-                 model_path=None, history_path=None) -> Path:
+                 model_path=None, history_path=None, paper_model_path=None) -> Path:
     """One convergence run under cutoff policy ``policy``; writes out_dir/{metrics.parquet,
     result.json, model.pt} (and out_dir/checkpoint.pt while it runs, from which an interrupted
     run resumes). ``history_path``: the trace's iterations before the replayed ones (its
@@ -96,7 +96,8 @@ def train_cutoff(cfg: Config, task: str, policy: str, seed: int, trace_path, out
         compute, net = virtual_clock(cfg, r, model, state)
         f, comm = compute.factor, net.comm(n) / compute.factor  # comm in the trace's units
         pol = build_policy(policy, cfg, seed=seed, n_workers=n, trace=trace,
-                           inputs=load_inputs([policy], trace_path, model_path), history=r.history,
+                           inputs=load_inputs([policy], trace_path, model_path, paper_model_path),
+                           history=r.history,
                            iterations=tc.max_iterations, training=tc, comm=comm)
         logger.info("train %s / %s / seed %d: n=%d workers, T=%d trace iterations (%.2f cycles over "
                     "%d iterations), batch %d per worker (%d per epoch), lr %s at c=n (%s scaling), "

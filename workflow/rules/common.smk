@@ -22,7 +22,7 @@ from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
 from bdsgd.traces import TRACE_FIGURES
-from bdsgd.policies import spec as policy_spec
+from bdsgd.policies import model_files, spec as policy_spec
 from bdsgd.schedules import MODES
 
 EXP = config["experiment"]
@@ -79,8 +79,16 @@ def policy_needs(policies, need):
     return any(getattr(policy_spec(p), need) for p in policies if p not in MODES)
 
 
-def model_input(trace, policies):
-    return [PATHS.model(trace)] if policy_needs(policies, "needs_model") else []
+def model_input(trace, policies, file="model.pt"):
+    """The run-time model of the trace (model.pt), or the paper's (paper.pt), if the policies
+    read it (bdsgd.policies.model_files)."""
+    return [PATHS.model(trace, file)] if file in model_files(policies) else []
+
+
+def model_flags(input):
+    """The run-time model flags of a rule whose inputs model and paper_model are model_input's."""
+    return " ".join([*(f"--model {m}" for m in input.model),
+                     *(f"--paper-model {m}" for m in input.paper_model)])
 
 
 def truth_input(trace, policies):

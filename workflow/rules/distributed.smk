@@ -9,6 +9,7 @@ rule distributed:
     input:
         config=PATHS.stage_config("distributed", "{job}"),
         model=lambda wc: model_input(TRAIN_TRACES[0], [DIST[wc.job]["policy"]]),
+        paper_model=lambda wc: model_input(TRAIN_TRACES[0], [DIST[wc.job]["policy"]], "paper.pt"),
     output:
         result=PATHS.distributed(),
         metrics=PATHS.distributed(file="result.metrics.parquet"),
@@ -17,7 +18,7 @@ rule distributed:
         PATHS.distributed_log(),
     params:
         flags=lambda wc: distributed_flags(wc.job),
-        model=lambda wc, input: f"--model {input.model}" if input.model else "",
+        model=lambda wc, input: model_flags(input),
         launch=lambda wc, resources: (f"{resources.mpi} -n {resources.tasks}"
                                       if RES["distributed_launcher"] == "srun" else ""),
     # locally: one core per process

@@ -12,6 +12,8 @@ rule train_model:
         PATHS.model(),
     log:
         PATHS.model_log("train"),
+    params:
+        paper="",
     threads: RES["model_threads"]
     resources:
         mem_mb=RES["model_mem_mb"],
@@ -20,7 +22,17 @@ rule train_model:
         "../envs/bdsgd.yaml"
     shell:
         "bdsgd model train {input.trace} --config {input.config} --out {output} --quiet "
-        "--trace-name {wildcards.trace} > {log} 2>&1"
+        "--trace-name {wildcards.trace} {params.paper} > {log} 2>&1"
+
+
+# Teng & Wood's own model (policies.PAPER_MODEL), for bdsgd-paper: made where it reads one.
+use rule train_model as train_paper_model with:
+    output:
+        PATHS.model(file="paper.pt"),
+    log:
+        PATHS.model_log("train_paper"),
+    params:
+        paper="--paper",
 
 
 rule evaluate_model:

@@ -9,6 +9,7 @@ rule throughput:
         trace=PATHS.trace(part="test"),
         history=PATHS.trace(part="train"),
         model=lambda wc: model_input(wc.trace, config["throughput"]["policies"]),
+        paper_model=lambda wc: model_input(wc.trace, config["throughput"]["policies"], "paper.pt"),
         truth=lambda wc: truth_input(wc.trace, config["throughput"]["policies"]),
     output:
         json=PATHS.throughput(),
@@ -18,7 +19,7 @@ rule throughput:
         PATHS.throughput_log(),
     params:
         policies=throughput_policies(),
-        model=lambda wc, input: f"--model {input.model}" if input.model else "",
+        model=lambda wc, input: model_flags(input),
     threads: RES["throughput_threads"]
     resources:
         mem_mb=RES["throughput_mem_mb"],

@@ -11,6 +11,7 @@ rule train:
         trace=lambda wc: PATHS.trace(cluster(wc), "test"),
         history=lambda wc: PATHS.trace(cluster(wc), "train"),
         model=lambda wc: model_input(cluster(wc), [wc.policy]),
+        paper_model=lambda wc: model_input(cluster(wc), [wc.policy], "paper.pt"),
         truth=lambda wc: truth_input(cluster(wc), [wc.policy]),
     output:
         result=PATHS.run("result.json"),
@@ -21,7 +22,7 @@ rule train:
     wildcard_constraints:
         trace=one_of(TRAIN_TRACES),
     params:
-        model=lambda wc, input: f"--model {input.model}" if input.model else "",
+        model=lambda wc, input: model_flags(input),
         out=lambda wc: PATHS.run_dir(wc.trace, wc.task, wc.policy, wc.seed),
     # the run sets torch's threads to train.threads
     threads: TRAIN["threads"]
