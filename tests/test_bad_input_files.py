@@ -918,6 +918,13 @@ CONFIGS = {
                       "train.clock"),
     "a sweep without ratios": ({**BASE_CONFIG, "throughput": {"comm_ratios": []}},
                                "throughput.comm_ratios"),
+    "train.trace lists a trace that is not one": (
+        {**BASE_CONFIG, "train": {**TRAIN_SECTION, "trace": ["t", "u"]}}, "train.trace"),
+    "a recipe sets a key recipes do not": (
+        {**BASE_CONFIG, "train": {**TRAIN_SECTION, "recipes": {"digits": {"seeds": [1]}}}},
+        "train.recipes.digits"),
+    "a recipe of an unknown task": (
+        {**BASE_CONFIG, "train": {**TRAIN_SECTION, "recipes": {"svhn": {}}}}, "train.recipes"),
 }
 
 
