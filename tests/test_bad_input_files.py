@@ -749,7 +749,7 @@ def test_a_missing_data_set_is_said_in_bdsgd_terms(task, tmp_path, capsys):
 
 
 # ============================================================================= signals
-SLOW_MODEL = {"epochs": 12, "chunk": 8, "hidden_dim": 8, "checkpoint_every": 1000, "batch_size": 4}
+SLOW_MODEL = {"epochs": 4, "chunk": 8, "hidden_dim": 8, "checkpoint_every": 1000, "batch_size": 4}
 
 
 def test_sigterm_stops_model_training_with_a_checkpoint_and_the_command_resumes(tmp_path):
