@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Let Python cache compiled modules: every test starts fresh interpreters that import torch.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: smoke test lint install clean
+.PHONY: smoke test test-long lint install clean
 
 $(UV):
 	if command -v uv > /dev/null; then mkdir -p $(@D) && ln -s "$$(command -v uv)" $@; \
@@ -25,6 +25,9 @@ smoke: install  ## the whole evaluation at toy scale: figures/smoke/
 
 test: install  ## every test: unit, CLI subprocess, snakemake DAG, lint
 	pytest -q
+
+test-long: install  ## the long tests (minutes): a convergence run past its SLURM time limit
+	pytest -q -m long
 
 lint: install
 	ruff check .

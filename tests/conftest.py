@@ -106,8 +106,14 @@ def _reads_a_run(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(trylast=True)  # after -k and -m deselect
 def pytest_collection_modifyitems(session, config, items):
-    """The modules whose tests read a session run go last: the runs go on meanwhile. Of those,
-    the modules that read only the DAG (the first run to finish) go first."""
+    """The long tests (marked long) only where -m names them (make test-long); then the
+    modules whose tests read a session run go last: the runs go on meanwhile. Of those, the
+    modules that read only the DAG (the first run to finish) go first."""
+    # not -m "not long" in addopts: a -m given on the command line (-m "not slow") replaces it
+    if "long" not in config.option.markexpr:
+        long = [item for item in items if item.get_closest_marker("long")]
+        config.hook.pytest_deselected(items=long)
+        items[:] = [item for item in items if not item.get_closest_marker("long")]
     order = list(RUNS)
     late: dict[Path, int] = {}
     for item in items:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -124,10 +125,12 @@ def snakemake(*args: str, cwd: Path = REPO, timeout: int = 1200,
     return run_stoppable([SNAKEMAKE, *args], cwd=cwd, env=env, timeout=timeout)
 
 
-def run_dag(workdir: Path, config: Path, env: dict[str, str] | None = None) -> None:
+def run_dag(workdir: Path, config: Path, env: dict[str, str] | None = None,
+            targets: Sequence[str] = ()) -> None:
+    """The DAG of ``config`` (or its ``targets``) in ``workdir``, on this machine's 2 cores."""
     workdir.mkdir(parents=True, exist_ok=True)
     proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                     "--configfile", str(config), "--cores", "2", env=env)
+                     "--configfile", str(config), "--cores", "2", *targets, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 

@@ -6,13 +6,16 @@ sacct answers "Slurm accounting storage is disabled"."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,9 +23,9 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "sinfo", "srun", "scancel", "sacct")
 # Finished jobs stay visible to squeue this long: the slurm executor's status queries without
 # accounting need it to be at least 3 x its init-seconds-before-status-checks (and >= 120 s), and
-# run_on_slurm asks, after a run, for the state of every job it submitted: longer than a run may
-# take (MAX_RUN_S, plus a minute before its timeout).
-MIN_JOB_AGE_S = 1200
+# run_profile asks, after a run, for the state of every job it submitted: longer than a run may
+# take (MAX_RUN_S plus a minute before its timeout, LONG_RUN_S).
+MIN_JOB_AGE_S = 1800
 
 
 # The PATH at import (before a test puts the clients of bin/ first), with Debian's /usr/sbin, where
@@ -238,42 +241,125 @@ def finished_jobs(env: dict[str, str], ids: set[str]) -> dict[str, str]:
     return {i: states.get(i, "unknown to slurmctld") for i in ids}
 
 
-def run_on_slurm(workdir: Path, config: Path, env: dict[str, str] | None = None) -> dict:
-    """The DAG of ``config`` (made ``for_slurm``) through each of PROFILES at once, every job a
-    SLURM job of a cluster started for them in ``workdir`` and stopped after: per profile, its
-    working directory, Snakemake's exit status and output, the seconds it took and SLURM's state
-    of each job it submitted; and ``left_running``, the daemons still alive after the stop."""
-    import re
-    from concurrent.futures import ThreadPoolExecutor
-
-    import yaml
-
-    from tests.helpers import REPO, snakemake
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = for_slurm(yaml.safe_load(config.read_text()), workdir / "config.yaml")
-    cluster = Cluster(workdir / "cluster", dict(os.environ if env is None else env))
-    cluster.root.mkdir()
-
-    def run(profile: str) -> dict:
-        flags, submitted, targets = PROFILES[profile]
-        run_dir = workdir / f"run-{profile}"
-        run_dir.mkdir()
-        start = time.monotonic()
-        proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(run_dir),
-                         "--profile", str(REPO / "profiles" / profile), "--configfile",
-                         str(config), *flags, *(targets or ()), timeout=MAX_RUN_S + 60,
-                         env=cluster.env)
-        took = time.monotonic() - start
-        out = proc.stdout + proc.stderr
-        ids = set(re.findall(submitted, out))
-        return {"dir": run_dir, "returncode": proc.returncode, "out": out, "took": took,
-                "ids": ids, "states": finished_jobs(cluster.env, ids)}
-
+@contextlib.contextmanager
+def started_cluster(root: Path, env: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A cluster started in the new directory ``root`` from ``env`` (default: this process's
+    environment), stopped when the block ends, also when it failed (``Cluster.running`` after:
+    the daemons still alive)."""
+    cluster = Cluster(root, dict(os.environ if env is None else env))
+    root.mkdir()
     try:
         cluster.start()
-        with ThreadPoolExecutor(len(PROFILES)) as pool:
-            runs = dict(zip(PROFILES, pool.map(run, PROFILES), strict=True))
+        yield cluster
     finally:
         cluster.stop()
+
+
+def run_profile(profile: str, run_dir: Path, config: Path, env: dict[str, str],
+                args: Sequence[str] = (), targets: Sequence[str] | None = None,
+                timeout: int = MAX_RUN_S + 60) -> dict:
+    """The DAG of ``config`` through ``profiles/<profile>`` (with its PROFILES flags, ``args``, and
+    ``targets``, default its PROFILES targets) in the new directory ``run_dir``, on the cluster
+    of ``env``: the directory, Snakemake's exit status and output, the seconds it took and
+    SLURM's state of each job it submitted."""
+    from tests.helpers import REPO, snakemake
+
+    flags, submitted, profile_targets = PROFILES[profile]
+    targets = profile_targets if targets is None else targets
+    run_dir.mkdir()
+    start = time.monotonic()
+    # the targets first: an option of many values (--set-resources) would take them
+    proc = snakemake(*(targets or ()), "--snakefile", str(REPO / "Snakefile"), "--directory",
+                     str(run_dir), "--profile", str(REPO / "profiles" / profile), "--configfile",
+                     str(config), *flags, *args, timeout=timeout, env=env)
+    took = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    ids = set(re.findall(submitted, out))
+    return {"dir": run_dir, "returncode": proc.returncode, "out": out, "took": took, "ids": ids,
+            "states": finished_jobs(env, ids)}
+
+
+def run_profiles(workdir: Path, config: Path, env: dict[str, str] | None = None,
+                 args: Callable[[str], Sequence[str]] = lambda profile: (), **options) -> dict:
+    """The DAG of ``config`` through each of PROFILES at once, every job a SLURM job of a cluster
+    started for them in ``workdir/cluster`` from ``env`` and stopped after: per profile, what
+    ``run_profile`` returns (in ``workdir/run-<profile>``, with ``args(profile)`` and
+    ``options``); and ``left_running``, the daemons still alive after the stop."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(profile: str) -> dict:
+        return run_profile(profile, workdir / f"run-{profile}", config, cluster.env,
+                           args=args(profile), **options)
+
+    with started_cluster(workdir / "cluster", env) as cluster, ThreadPoolExecutor(len(PROFILES)) as pool:
+        runs = dict(zip(PROFILES, pool.map(run, PROFILES), strict=True))
     return {**runs, "left_running": cluster.running()}
+
+
+def run_on_slurm(workdir: Path, config: Path, env: dict[str, str] | None = None) -> dict:
+    """The DAG of ``config`` (made ``for_slurm``) through each of PROFILES (``run_profiles``)."""
+    import yaml
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    return run_profiles(workdir, for_slurm(yaml.safe_load(config.read_text()), workdir / "config.yaml"),
+                        env)
+
+
+# ------------------------------------------------------ a convergence run past its time limit
+# One convergence run of the tiny config (static: no run-time model to train first) that needs
+# about 100 s on one core here, a union batch of 1200 digits an iteration, against a time limit of
+# one minute (SLURM's shortest): no single job finishes it. Test evaluations and checkpoints
+# every 2000 iterations, and a checkpoint when it stops.
+LONG_RUN = {"policies": ["static"], "batch_size": 200, "max_iterations": 40_000,
+            "eval_every": 2000, "checkpoint_every": 2000}
+# The profiles' warning (180 s before the limit) is longer than the whole minute: SLURM would
+# send it at the job's start, before bdsgd listens. The test asks for 1 s, which SLURM's checks
+# (every 30 s) make 1 to 31 s: 29 to 59 s into the job, bdsgd started (on a loaded machine a job
+# may be warned before: it stops with no checkpoint, and the next resumes from the one before).
+WARNING_S = 1
+# Snakemake's limit for the run: a few jobs of at most ~90 s each, the retries' bound far above
+LONG_RUN_S = 1500
+
+
+def time_limit_config(path: Path) -> Path:
+    """The tiny config with LONG_RUN as its only convergence run, a one-minute time limit and
+    the memory requests of ``for_slurm``, written to ``path``."""
+    import yaml
+
+    from tests.helpers import tiny_config
+
+    cfg = tiny_config()
+    cfg["train"].update(LONG_RUN)
+    cfg["resources"] = {**dict.fromkeys(MEM_KEYS, 1000), "train_runtime_min": 1}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def warning_at(profile: str, seconds: int) -> str:
+    """The train rule's slurm_extra in ``profiles/<profile>`` (its --signal) with the warning
+    ``seconds`` before the time limit, as --set-resources takes it."""
+    import yaml
+
+    from tests.helpers import REPO
+
+    cfg = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+    extra = cfg["set-resources"]["train"]["slurm_extra"]
+    return f"train:slurm_extra={re.sub(r'@[0-9]+', f'@{seconds}', extra)}"
+
+
+def run_past_time_limit(workdir: Path, env: dict[str, str] | None = None) -> dict:
+    """LONG_RUN on this machine with Snakemake alone (the reference, in ``workdir/local``), then
+    through each of PROFILES (``run_profiles``), warned WARNING_S before its limit: what
+    ``run_profiles`` returns, with ``run``, the run's folder under each working directory, and
+    ``reference``, the local one's working directory."""
+    from bdsgd.layout import Layout
+    from tests.helpers import run_dag
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = time_limit_config(workdir / "config.yaml")
+    run = Layout.of("tiny").run_dir("sim", "digits", "static", 0)
+    targets = [f"{run}/metrics.parquet"]
+    run_dag(workdir / "local", config, env, targets=targets)
+    runs = run_profiles(workdir, config, env, targets=targets, timeout=LONG_RUN_S,
+                        args=lambda profile: ("--set-resources", warning_at(profile, WARNING_S)))
+    return {**runs, "run": run, "reference": workdir / "local"}

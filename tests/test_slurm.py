@@ -2,8 +2,8 @@
 run_on_slurm, in the background from the session's start) runs the session's tiny DAG through
 profiles/slurm and (a part of it: slurm_cluster.PROFILES) profiles/cluster-generic, every job as
 a SLURM job, with the result tables of the session's local run (conftest.py: tiny_dag), byte for
-byte; and a dry run shows what each
-paper job asks SLURM for."""
+byte; a dry run shows what each paper job asks SLURM for; and (a long test: make test-long) a
+convergence run longer than its time limit goes on in new jobs to the metrics of a local run."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import re
 import pytest
 import yaml
 
+from bdsgd.layout import Layout
 from tests.helpers import REPO, result_tables, snakemake, stamp_free
-from tests.slurm_cluster import MAX_RUN_S, PROFILES, missing_binaries
+from tests.slurm_cluster import MAX_RUN_S, PROFILES, missing_binaries, run_past_time_limit
 
 needs_slurm = pytest.mark.skipif(
     bool(missing_binaries()),
@@ -83,6 +84,8 @@ def test_paper_dry_run_shows_what_each_job_asks_slurm_for(tmp_path, monkeypatch)
         requests.setdefault(rule, set()).add(resources)
     train = requests.pop("train")
     assert len(train) == 1 and "gpu=1" in next(iter(train)), train
+    # SIGTERM some minutes before the time limit (make test-long: the run resumes)
+    assert "slurm_extra=--signal=TERM@180" in next(iter(train)).split(", "), train
     # a convergence run gets its train.threads as CPUs (not capped at Snakemake's own --cores)
     threads = re.findall(r"^rule train:\n(?:    .*\n)*?    threads: (\d+)$", out, flags=re.MULTILINE)
     assert threads and set(threads) == {str(cfg["train"]["threads"])}, set(threads)
@@ -95,3 +98,44 @@ def test_paper_dry_run_shows_what_each_job_asks_slurm_for(tmp_path, monkeypatch)
     # every job asks for the user's partition; no other job asks for a GPU
     assert all("slurm_partition=gpu-a100" in r for rs in (*requests.values(), train) for r in rs)
     assert not [r for rs in requests.values() for r in rs if re.search(r"\bgpu=[1-9]", r)]
+
+
+@pytest.fixture(scope="module")
+def runs_past_time_limit(tmp_path_factory) -> dict:
+    """A convergence run longer than its one-minute time limit, made locally and through each
+    profile on a cluster started for it (slurm_cluster.run_past_time_limit): what that returns."""
+    return run_past_time_limit(tmp_path_factory.mktemp("time-limit"))
+
+
+@needs_slurm
+@pytest.mark.long
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_run_past_its_time_limit_resumes_in_new_jobs_to_the_local_metrics(runs_past_time_limit,
+                                                                             profile):
+    """SLURM warns the run before its limit; bdsgd checkpoints and stops, and its job fails
+    (FAILED, not TIMEOUT: the warning came first); Snakemake submits the job again, which
+    resumes from that very checkpoint, until the run is complete: its metrics are the local
+    run's, byte for byte. (A job the warning reaches before bdsgd has started fails with no
+    checkpoint; the next resumes from the one before.)"""
+    runs = runs_past_time_limit
+    run = runs[profile]
+    out = run["out"]
+    assert run["returncode"] == 0, out[-6000:]
+    # the failed jobs' logs are in Snakemake's output (show-failed-logs), the last job's in its file
+    log = (run["dir"] / Layout.of("tiny").run_log("sim", "digits", "static", 0)).read_text()
+    stops = {int(i) for i in re.findall(r"stopped by signal 15 after iteration (\d+)", out)}
+    resumes = {int(i) for i in re.findall(r"resumed from \S+ at iteration (\d+)", out)}
+    last = [int(i) for i in re.findall(r"resumed from \S+ at iteration (\d+)", log)]
+    assert stops and resumes <= stops and last == [max(stops)], (stops, resumes, last)
+    failed = [state for state in run["states"].values() if state != "COMPLETED"]
+    assert set(failed) == {"FAILED"} and len(failed) >= len(stops), run["states"]
+
+    ours, local = run["dir"] / runs["run"], runs["reference"] / runs["run"]
+    assert (ours / "metrics.parquet").read_bytes() == (local / "metrics.parquet").read_bytes()
+    assert not (ours / "checkpoint.pt").exists()  # the complete run removed it
+
+
+@needs_slurm
+@pytest.mark.long
+def test_the_time_limit_runs_cluster_is_stopped(runs_past_time_limit):
+    assert runs_past_time_limit["left_running"] == [], runs_past_time_limit["left_running"]

@@ -20,8 +20,9 @@ rule train_model:
         runtime=RES["model_runtime_min"],
     conda:
         "../envs/bdsgd.yaml"
+    # exec: as the train rule's, for SIGTERM before a SLURM time limit (checkpoint per epoch)
     shell:
-        "bdsgd model train {input.trace} --config {input.config} --out {output} --quiet "
+        "exec bdsgd model train {input.trace} --config {input.config} --out {output} --quiet "
         "--trace-name {wildcards.trace} {params.paper} > {log} 2>&1"
 
 

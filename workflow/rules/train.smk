@@ -32,7 +32,9 @@ rule train:
         runtime=RES["train_runtime_min"],
     conda:
         "../envs/bdsgd.yaml"
+    # exec: SIGTERM before a SLURM time limit reaches bdsgd, which checkpoints, with no shell
+    # between it and Snakemake to die of the signal first (profiles/slurm)
     shell:
-        "bdsgd train --config {input.config} --task {wildcards.task} --policy {wildcards.policy} "
-        "--seed {wildcards.seed} --trace {input.trace} --history {input.history} {params.model} "
-        "--out {params.out} > {log} 2>&1"
+        "exec bdsgd train --config {input.config} --task {wildcards.task} "
+        "--policy {wildcards.policy} --seed {wildcards.seed} --trace {input.trace} "
+        "--history {input.history} {params.model} --out {params.out} > {log} 2>&1"
