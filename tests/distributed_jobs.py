@@ -17,26 +17,27 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_cli, wandb_offline_env
 
 WORKERS = 3
+WANDB_PROJECT = "bdsgd-test"
 
 
-def write_config(path: Path) -> Path:
+def write_config(path: Path, **sections) -> Path:
     path.write_text(yaml.safe_dump({
         "experiment": "dist", "traces": {"t": {"source": "simulate"}},
         "policies": {"static_backups": 1},  # static: c = n - 1
         "train": {"trace": "t", "tasks": ["digits"], "batch_size": 16, "eval_every": 10,
-                  "checkpoint_every": 5}}))
+                  "checkpoint_every": 5}, **sections}))
     return path
 
 
-def distributed(tmp: Path, config: Path, name: str, *flags: str,
+def distributed(tmp: Path, config: Path, name: str, *flags: str, workers: int = WORKERS,
                 env: dict[str, str] | None = None) -> tuple[dict, subprocess.CompletedProcess]:
-    """Run `bdsgd distributed` with 3 workers; (its result, its process). Afterwards no process
-    of the job (whose command line holds the result's path) may still run."""
+    """Run `bdsgd distributed`; (its result, its process). Afterwards no process of the job
+    (whose command line holds the result's path) may still run."""
     out = tmp / f"{name}.json"
-    proc = run_cli("distributed", "--workers", WORKERS, "--config", config, "--json", out,
+    proc = run_cli("distributed", "--workers", workers, "--config", config, "--json", out,
                    *flags, env=env)
     left = processes_of(out)
     assert not left, f"processes left behind: {left}"
@@ -84,17 +85,30 @@ def killed_and_resumed(tmp: Path, config: Path, name: str, *flags: str,
     return Resumed(checkpointed, left, wrote, result, proc)
 
 
+def logged_to_wandb(tmp: Path, env: dict[str, str]) -> tuple[dict, subprocess.CompletedProcess]:
+    """A sync job of 2 workers and 6 iterations in ``tmp``, logging to W&B offline (project
+    WANDB_PROJECT), every W&B file under ``tmp`` (tests/test_wandb.py reads them)."""
+    tmp.mkdir()
+    config = write_config(tmp / "config.yaml",
+                          wandb={"mode": "offline", "project": WANDB_PROJECT})
+    env = {k: v for k, v in env.items() if k != "WANDB_MODE"} | wandb_offline_env(tmp / "home")
+    return distributed(tmp, config, "wandb", "--policy", "sync", "--iterations", "6",
+                       "--heartbeat-s", "30", workers=2, env=env)
+
+
 def run_distributed_jobs(workdir: Path, _config: Path, env: dict[str, str]) -> dict:
     """The session's jobs, in ``env``, at once, in ``workdir`` (the tiny DAG's config is not
     theirs). Worker 1 takes 5x as long, 30 iterations, a checkpoint every 5: "sync" (whose worker
     2 also dies at iteration 5), "static" (c = n - 1, late gradients abandoned): (result,
     process) each; and "finish" (static with late: finish, its messages padded to a bigger
-    model's), killed once it has checkpointed and run again (Resumed)."""
+    model's), killed once it has checkpointed and run again (Resumed); and "wandb", a job that
+    logs to W&B offline (``logged_to_wandb``)."""
     workdir.mkdir(parents=True)
     config = write_config(workdir / "config.yaml")
     common = ("--iterations", "30", "--inject-straggler", "1:5", "--delay-s", "0.02")
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         started = {
+            "wandb": pool.submit(logged_to_wandb, workdir / "wandb", env),
             "sync": pool.submit(distributed, workdir, config, "sync", "--policy", "sync",
                                 "--kill-worker", "2:5", *common, env=env),
             "static": pool.submit(distributed, workdir, config, "static", "--policy", "static",

@@ -86,6 +86,15 @@ def stop_subprocesses() -> None:
         _kill_group(proc)
 
 
+def wandb_offline_env(home: Path) -> dict[str, str]:
+    """W&B offline with every file under ``home``, no console output, and no server within
+    reach (an offline run that tried the network would find nothing there); unset WANDB_MODE
+    besides, so the config's mode decides."""
+    return {**dict.fromkeys(("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR",
+                             "WANDB_DATA_DIR"), str(home)),
+            "WANDB_SILENT": "true", "WANDB_BASE_URL": "http://127.0.0.1:9"}
+
+
 def run_cli(*args: str, check: bool = True, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m bdsgd ARGS`` as a user would, in ``env`` (default: this process's

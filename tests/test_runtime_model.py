@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -29,6 +27,7 @@ from bdsgd.runtime_model.transition import Nodes
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import simulate
+from tests.helpers import bdsgd_in_process
 
 CFG = from_dict({"experiment": "t", "traces": {"t": {"source": "simulate"}},
                  "train": {"trace": "t", "tasks": ["digits"]}})
@@ -219,24 +218,20 @@ def test_load_model_rejects_bad_files(tmp_path, trained):
         load_model(tmp_path / "bad.pt")
 
 
-def test_cli_train_evaluate_sample(tmp_path):
+def test_cli_train_evaluate_sample(tmp_path, capsys):
+    """The model commands in this process (tests/test_cli.py starts each program once)."""
     write_trace(from_arrays(cluster(24, 4, seed=0), meta={"source": "sim"}), tmp_path / "t.parquet")
     write_trace(from_arrays(cluster(12, 4, seed=1), meta={"source": "sim"}), tmp_path / "h.parquet")
-
-    def bdsgd(*args):
-        return subprocess.run([sys.executable, "-m", "bdsgd", *map(str, args)],
-                              capture_output=True, text=True, timeout=120)
-
-    run = bdsgd("model", "train", tmp_path / "t.parquet", "--out", tmp_path / "m.pt",
-                "--epochs", 2, "--quiet", "--seed", 1)
+    run = bdsgd_in_process(capsys, "model", "train", tmp_path / "t.parquet", "--out",
+                           tmp_path / "m.pt", "--epochs", 2, "--quiet", "--seed", 1)
     assert run.returncode == 0, run.stderr
     assert "n=4 workers" in run.stdout and "final ELBO" in run.stdout
-    run = bdsgd("model", "evaluate", tmp_path / "m.pt", tmp_path / "h.parquet",
-                "--json", tmp_path / "e.json")
+    run = bdsgd_in_process(capsys, "model", "evaluate", tmp_path / "m.pt", tmp_path / "h.parquet",
+                           "--json", tmp_path / "e.json")
     assert run.returncode == 0, run.stderr
     assert "throughput_relative_to_oracle" in (tmp_path / "e.json").read_text()
-    run = bdsgd("model", "sample", tmp_path / "m.pt", "--iterations", 5,
-                "--out", tmp_path / "s.parquet")
+    run = bdsgd_in_process(capsys, "model", "sample", tmp_path / "m.pt", "--iterations", 5,
+                           "--out", tmp_path / "s.parquet")
     assert run.returncode == 0, run.stderr
     assert read_trace(tmp_path / "s.parquet").runtimes.shape == (5, 4)
 

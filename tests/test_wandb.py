@@ -15,20 +15,17 @@ from bdsgd.config import from_dict
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from tests import wandb_records
-from tests.helpers import run_cli, tiny_config
+from tests.distributed_jobs import WANDB_PROJECT as PROJECT
+from tests.helpers import run_cli, tiny_config, wandb_offline_env
 
-PROJECT = "bdsgd-test"
 HEADLINE = ("time_to_target_s", "final_accuracy", "gradients_per_s", "mean_cutoff")
 
 
 @pytest.fixture(autouse=True)
 def offline_only(tmp_path: Path, monkeypatch):
-    """Every W&B file under tmp_path, no console output, and no server within reach: an offline
-    run that tried the network would find nothing there."""
-    for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    """Every W&B file under tmp_path, no server within reach (helpers.wandb_offline_env)."""
+    for var, value in wandb_offline_env(tmp_path / "wandb-home").items():
+        monkeypatch.setenv(var, value)
     monkeypatch.delenv("WANDB_MODE", raising=False)
 
 
@@ -63,9 +60,9 @@ def offline_run(directory: Path) -> dict:
                         if r.HasField("history")]}
 
 
-def check_run(logged: dict, job_type: str, tags: set[str], x: str) -> None:
+def check_run(logged: dict, job_type: str, tags: set[str], x: str, group: str = "tiny") -> None:
     run = logged["run"]
-    assert (run.project, run.run_group, run.job_type) == (PROJECT, "tiny", job_type)
+    assert (run.project, run.run_group, run.job_type) == (PROJECT, group, job_type)
     assert set(run.tags) == tags
     assert logged["x"] == {x: "", "*": x}
 
@@ -113,15 +110,11 @@ def test_model_training_logs_its_epochs(tmp_path, setup):
     assert logged["summary"]["epochs"] == 2
 
 
-@pytest.mark.slow  # starts a server and 2 workers
-def test_a_distributed_run_logs_against_wall_time(tmp_path, setup):
-    _, config, _ = setup
-    out = tmp_path / "dist" / "result.json"
-    run_cli("distributed", "--workers", "2", "--policy", "sync", "--iterations", "6", "--config",
-            config, "--json", out, "--heartbeat-s", "30")
-    logged = offline_run(out.parent)
-    check_run(logged, "sync", {"task:digits", "trace:sim", "seed:0"}, "wall_time_s")
-    result = json.loads(out.read_text())
+@pytest.mark.slow  # a server and 2 workers: the session's (tests/distributed_jobs.py)
+def test_a_distributed_run_logs_against_wall_time(distributed_jobs):
+    result, _ = distributed_jobs["wandb"]
+    logged = offline_run(Path(result["metrics"]).parent)
+    check_run(logged, "sync", {"task:digits", "trace:t", "seed:0"}, "wall_time_s", group="dist")
     assert [r["wall_time_s"] for r in logged["history"]] == list(
         pd.read_parquet(result["metrics"])["wall_time_s"])
     assert {k: logged["summary"][k] for k in HEADLINE[1:]} == {k: result[k] for k in HEADLINE[1:]}
