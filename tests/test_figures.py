@@ -106,8 +106,15 @@ def expected_files() -> set[str]:
     return {out for file, _, _ in FIGURES.values() for out in figure_files(file)}
 
 
-def test_every_figure_in_every_format(results, tmp_path):
-    written = render_all(results, tmp_path / "a")
+@pytest.fixture(scope="module")
+def rendered(results, tmp_path_factory) -> tuple[Path, list[Path]]:
+    """Every figure and table of ``results``, rendered once: (the folder, the files written)."""
+    out = tmp_path_factory.mktemp("rendered")
+    return out, render_all(results, out)
+
+
+def test_every_figure_in_every_format(rendered):
+    out, written = rendered
     assert {p.name for p in written} == expected_files()
     assert len(written) == len(expected_files())
     for path in written:
@@ -116,15 +123,14 @@ def test_every_figure_in_every_format(results, tmp_path):
             assert head.startswith(b"\x89PNG") and path.stat().st_size > 10_000, path
         elif path.suffix == ".pdf":
             assert head.startswith(b"%PDF"), path
-    assert not list((tmp_path / "a").glob(".*.tmp"))  # no temporary file left behind
+    assert not list(out.glob(".*.tmp"))  # no temporary file left behind
 
 
-def test_rerender_is_byte_identical(results, tmp_path):
+def test_rerender_is_byte_identical(results, rendered, tmp_path):
     """Tables must repeat byte for byte; the PNGs and PDFs do too on the same libraries."""
-    render_all(results, tmp_path / "a")
-    render_all(results, tmp_path / "b")
+    render_all(results, tmp_path)
     for name in sorted(expected_files()):
-        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+        assert (tmp_path / name).read_bytes() == (rendered[0] / name).read_bytes(), name
 
 
 def test_figure_files_lists_a_pdf_beside_every_png():
@@ -135,9 +141,8 @@ def test_figure_files_lists_a_pdf_beside_every_png():
         assert file.endswith((".csv", ".png")), name
 
 
-def test_summary_columns_only_appended(results, tmp_path):
-    render_all(results, tmp_path)
-    summary = pd.read_csv(tmp_path / "summary.csv")
+def test_summary_columns_only_appended(rendered):
+    summary = pd.read_csv(rendered[0] / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
     assert SUMMARY_COLUMNS[:10] == ["task", "policy", "seed", "time_to_target_s",
                                     "final_accuracy", "gradients_per_s", "mean_cutoff",
