@@ -46,8 +46,8 @@ def _share(datasets: dict[str, Dataset]) -> None:
 
 
 def _start_loader(datasets: dict[str, Dataset]) -> None:
-    """A loader process: one torch thread (as torch's DataLoader workers: a thread pool
-    inherited through fork deadlocks), the data sets to decode from."""
+    """A loader process: one torch thread (the processes share the cores), the data sets to
+    decode from."""
     torch.set_num_threads(1)
     _share(datasets)
 
@@ -104,13 +104,17 @@ class Task:
         return (x.pin_memory(), y.pin_memory()) if self.pin else (x, y)
 
     def _loader(self):
-        """The decoding processes, started once (forked where the platform allows: the data sets
-        reach them without pickling); they are stopped when this task is dropped, or at exit."""
+        """The decoding processes, started once and stopped when this task is dropped, or at
+        exit. Not forked from this process: a fork copies locks that its other threads (torch's,
+        a logger's) hold, and a child that needs one waits forever; a fork server (a clean
+        process forked from) where the platform has one, else fresh interpreters. The data
+        sets (file lists and transforms) reach them pickled."""
         if self._pool is None:
             import multiprocessing
             import weakref
 
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            methods = multiprocessing.get_all_start_methods()
+            method = "forkserver" if "forkserver" in methods else "spawn"
             self._pool = multiprocessing.get_context(method).Pool(
                 self.loader_workers, initializer=_start_loader,
                 initargs=({"train": self.train, "test": self.test},))

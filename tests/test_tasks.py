@@ -137,7 +137,9 @@ def test_one_training_iteration_on_each_format(tmp_path, name, make, cifar_witho
     trace = write_trace(from_arrays(np.array([[1.0, 2.0], [3.0, 1.5]])), tmp_path / "t.parquet")
     cfg = from_dict({"experiment": "tasks", "traces": {"t": {"source": "simulate"}},
                      "train": {"trace": "t", "tasks": [name], "data_dir": str(tmp_path / "data"),
-                               "batch_size": 1, "max_iterations": 1, "eval_every": 1}})
+                               "batch_size": 1, "max_iterations": 1, "eval_every": 1,
+                               # decoded in the run's process: the loaders' own test is below
+                               "loader_workers": 0}})
     run = train_run(cfg, name, "sync", 0, trace, tmp_path / "run")
     m = pd.read_parquet(run / "metrics.parquet")
     assert m["cutoff"].tolist() == [2] and m["virtual_time_s"].tolist() == [2.0]
