@@ -262,8 +262,7 @@ class Config:
 
     def train_traces(self) -> tuple[str, ...]:
         """The traces the convergence runs replay (train.trace: one name or a list)."""
-        trace = self.training().trace
-        return (trace,) if isinstance(trace, str) else trace
+        return trace_names(self.training().trace)
 
     def run_trace(self) -> str:
         """The one trace a convergence run replays: train.trace's; a list is refused (the workflow
@@ -317,6 +316,11 @@ def validate(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
     return data
 
 
+def trace_names(trace: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """train.trace's names: one name, or a list of them."""
+    return (trace,) if isinstance(trace, str) else tuple(trace)
+
+
 def _sub(cls, data: dict[str, Any] | None):
     data = dict(data or {})
     for f in dataclasses.fields(cls):
@@ -331,8 +335,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if spec["source"] == "import" and not (spec.get("path") and spec.get("format")):
             raise UserError(source, f"traces.{name}", "source 'import' needs 'path' and 'format'")
     train = data.get("train")
-    for name in [] if train is None else [train["trace"]] if isinstance(train["trace"], str) \
-            else train["trace"]:
+    for name in () if train is None else trace_names(train["trace"]):
         if name not in data["traces"]:
             raise UserError(source, "train.trace",
                             f"{name!r} is not one of traces: {sorted(data['traces'])}")

@@ -247,6 +247,7 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
     first command that fails."""
     import yaml
 
+    from bdsgd.config import trace_names
     from bdsgd.layout import Layout, cluster_draw
     from bdsgd.policies import model_files
 
@@ -306,7 +307,7 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
               "--decisions", paths.throughput(name, "decisions.parquet"),
               "--comm-sweep", paths.throughput(name, "comm_sweep.csv"))
     train = cfg["train"]
-    traces = [train["trace"]] if isinstance(train["trace"], str) else train["trace"]
+    traces = trace_names(train["trace"])
     for trace in traces:
         for seed in train["seeds"]:
             cluster = cluster_draw(trace, seed) if cfg["traces"][trace]["source"] == "simulate" \
