@@ -138,7 +138,7 @@ def test_figure_files_lists_a_pdf_beside_every_png():
     assert figure_files("loss_curves.png") == ["loss_curves.png", "loss_curves.pdf"]
     for name, (file, caption, _) in FIGURES.items():
         assert (REPO / "workflow/report" / caption).is_file(), name
-        assert file.endswith((".csv", ".png")), name
+        assert file.endswith((".csv", ".png", ".rst")), name
 
 
 def test_summary_columns_only_appended(rendered):

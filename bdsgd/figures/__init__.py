@@ -14,6 +14,8 @@ __all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "FALLB
            "EXPLORE_PREFIX"]
 
 FIGURES = {
+    "reviewers": ("reviewers.csv", "reviewers.rst", "Reviewer questions"),
+    "answers": ("answers.rst", "answers.rst", "Reviewer questions"),
     "summary": ("summary.csv", "summary.rst", "Tables"),
     "throughput_summary": ("throughput_summary.csv", "throughput_summary.rst", "Tables"),
     "time_to_accuracy": ("time_to_accuracy.png", "time_to_accuracy.rst", "Convergence"),
@@ -23,6 +25,9 @@ FIGURES = {
     "throughput": ("throughput.png", "throughput.rst", "Policies"),
     "comm_sweep_summary": ("comm_sweep.csv", "comm_sweep_summary.rst", "Tables"),
     "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
+    "censoring": ("censoring.png", "censoring.rst", "Policies"),
+    "data_value": ("data_value.png", "data_value.rst", "Policies"),
+    "replay_ablations": ("replay_ablations.csv", "replay_ablations.rst", "Tables"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
 }

@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bdsgd.config import CENSORING, LATE
 from bdsgd.errors import UserError
 from bdsgd.layout import ANY, Layout
 from bdsgd.traces.io import META_KEY
@@ -34,6 +35,7 @@ OPTIONAL_METRICS = ("gradients", "staleness")
 # What the figures draw from each kind of table.
 METRICS = ("iteration", "virtual_time_s", "cutoff", "train_loss", "test_accuracy")
 DECISIONS = ("policy", "iteration", "cutoff")
+ABLATED = ("duration_s", "forecast_s", "realised_s")  # and, of an ablation's decisions
 PREDICTIONS = ("order", "iteration", "predicted_mean", "lo90", "hi90", "realised")
 
 
@@ -148,6 +150,20 @@ def load_comm_sweep(results_dir: Path) -> pd.DataFrame:
             raise UserError(str(csv), "-", "no rows")
         frames.append(frame.assign(trace=path.parent.name)[COMM_SWEEP_COLUMNS])
     return pd.concat(frames, ignore_index=True)
+
+
+def load_replay_ablations(results_dir: Path) -> list[tuple[str, str, str, dict, pd.DataFrame]]:
+    """Every replay ablation arm (throughput.ablations) found: (trace, ablation, arm, its
+    policies table, its decisions), censoring's arms (``CENSORING``) then the data ablation's
+    (``LATE``); none where no trace ran them."""
+    layout, arms = Layout(str(results_dir)), []
+    for ablation, prefix, names in (("censoring", "censored", CENSORING), ("data", "late", LATE)):
+        for name in names:
+            for path in layout.find(layout.throughput(ANY, f"{prefix}-{name}.json")):
+                decisions = read_parquet(path.with_suffix(".parquet"), DECISIONS + ABLATED)
+                arms.append((path.parent.name, ablation, name, read_json(path, "policies"),
+                             decisions))
+    return arms
 
 
 def load_traces(results_dir: Path) -> dict[str, np.ndarray]:

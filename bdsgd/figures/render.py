@@ -38,12 +38,15 @@ from bdsgd.figures import (  # noqa: E402
     FALLBACK_COLOURS,
     FIGURES,
     POLICY_COLOURS,
+    replay_ablations,  # noqa: E402
 )
+from bdsgd.figures.answers import answers_rst, reviewers_table  # noqa: E402
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
     load_comm_sweep,
     load_predictions,
+    load_replay_ablations,
     load_runs,
     load_throughput,
     load_traces,
@@ -300,6 +303,24 @@ def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
+def comm_sweep_answer(sweep: pd.DataFrame) -> str:
+    """Per trace and topology: the largest communication ratio at which the best causal cutoff
+    policy still beats sync by 2 %, and its gain there."""
+    parts = []
+    causal = sweep[~sweep["policy"].isin(["oracle", "oracle-myopic", "sync"])]
+    for (trace, topology), sub in causal.groupby(["trace", "topology"], sort=True):
+        best = sub.loc[sub.groupby("ratio")["relative_to_sync"].idxmax()]
+        pays = best[best["relative_to_sync"] > 1.02]
+        if pays.empty:
+            parts.append(f"{trace}, {topology}: no causal policy beats sync by 2 % at any ratio")
+        else:
+            top = pays.iloc[-1]
+            parts.append(f"{trace}, {topology}: {top.policy} still {top.relative_to_sync:.2f}x "
+                         f"sync at rho = {top.ratio:g}")
+    return ("The best causal policy over sync at the largest rho where one gains 2 %: "
+            + "; ".join(parts) + ".")
+
+
 def runtime_distributions(results_dir: Path, path: Path,
                           traces: dict[str, np.ndarray] | None = None) -> list[Path]:
     """Empirical CDF of every trace's run-times over its median (log scale: the tail matters).
@@ -346,7 +367,12 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     table, decisions = load_throughput(results_dir)
     sweep = load_comm_sweep(results_dir)
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
+    ablations = replay_ablations.ablation_table(load_replay_ablations(results_dir))
     sns.set_theme(style="whitegrid", context="notebook")
+
+    def unit(trace: str) -> str:
+        return _time_unit(results_dir, trace)
+
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
         *_write_csv(summary, path["summary"]),
@@ -360,7 +386,20 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
         *model_predictions(results_dir, path["model_predictions"], predictions),
+        *_write_csv(ablations, path["replay_ablations"]),
+        *replay_ablations.draw(ablations, "censoring", path["censoring"], unit,
+                                policy_style),
+        *replay_ablations.draw(ablations, "data", path["data_value"], unit,
+                                policy_style),
     ]
+    # the measured answer to each reviewer question, beside the figure that answers it
+    answers = {
+        "comm_sweep": comm_sweep_answer(sweep),
+        "censoring": replay_ablations.censoring_answer(ablations),
+        "data_value": replay_ablations.data_value_answer(ablations),
+    }
+    written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
+                *_write_csv(reviewers_table(answers), path["reviewers"])]
     for path in written:
         logger.info(f"wrote {path}")
     return written

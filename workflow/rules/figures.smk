@@ -11,6 +11,7 @@ rule figures:
         evaluations=expand(PATHS.model(file="evaluation.json"), trace=config["traces"]),
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
+        ablations=ablation_outputs(),
     output:
         **figure_outputs(),
     log:
