@@ -259,7 +259,7 @@ def _time_to_target_panel(ax, stats: pd.DataFrame, unit: str = "s") -> None:
     ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
     ax.margins(y=0.2)
     ax.set_title(f"time to target: bar = median over seeds,\n{_interval_text(stats)}", fontsize=9)
-    ax.set_ylabel(f"virtual time to target ({unit})")
+    ax.set(xlabel="policy", ylabel=f"virtual time to target ({unit})")
 
 
 def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
@@ -296,7 +296,7 @@ def time_to_accuracy_answer(summary: pd.DataFrame) -> str:
             continue
         best, sync = done.iloc[0], stats[stats["policy"] == "sync"]
         text = (f"On {where}, {best.policy} reaches the target first (median {best['median']:.3g} "
-                f"over {best.seeds} seeds")
+                f"over {best.seeds} seed{'s' if best.seeds > 1 else ''}")
         if not sync.empty and best.policy != "sync":
             text += f"; sync {sync['median'].iloc[0]:.3g}"
         sentences.append(text + ").")
@@ -316,11 +316,11 @@ def loss_curves(metrics: pd.DataFrame, path: Path) -> list[Path]:
             _band(it_ax, runs, "step", "train_loss", policy)
             _band(time_ax, runs, "virtual_time_s", "train_loss", policy)
         modes = ", ".join(sorted(set(sub["policy"]) & set(MODES)))  # rows are rounds
-        it_ax.set(title=f"{_title(panel)}: training loss vs iterations",
-                  ylabel="training loss\n(rolling mean over 4% of a run)",
+        ylabel = "training loss\n(rolling mean over 4% of a run)"
+        it_ax.set(title=f"{_title(panel)}: training loss vs iterations", ylabel=ylabel,
                   xlabel="training iteration, from 0"
                   + (f" ({modes}: round of n gradients)" if modes else ""))
-        time_ax.set(title=f"{_title(panel)}: training loss vs virtual time",
+        time_ax.set(title=f"{_title(panel)}: training loss vs virtual time", ylabel=ylabel,
                     xlabel=f"virtual wall-clock time ({_time_label(sub)})")
     fig.suptitle("line: median over seeds; band: min to max over seeds", fontsize=9)
     _legend_below(fig, axes[:, 0], columns=8)
@@ -349,8 +349,10 @@ def training_cutoff(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) ->
         n = float(n) if pd.notna(n) else float(sub["cutoff"].max())
         for policy in policies:
             ax, runs = panel_ax[block, policy], sub[sub["policy"] == policy]
-            for seed, width in zip(seeds, widths, strict=True):
+            for seed, width in zip(seeds, widths, strict=True):  # a seed's width in every panel
                 run = runs[runs["seed"] == seed].sort_values("step")
+                if run.empty:
+                    continue
                 ax.step(run["step"], run["cutoff"], where="post", lw=width,
                         alpha=0.45 if width > 1.5 else 1.0, label=f"seed {seed}",
                         color=policy_colour(policy))  # one policy a panel: solid reads best
