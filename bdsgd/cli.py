@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="prefix of the figure files (default: the trace file's stem)")
     p.add_argument("--out", required=True, help="folder for <name>_runtime_cdf, <name>_heatmap "
                                                 "and <name>_cov, each as .png and .pdf")
+    p.add_argument("--note", default=None, help="a line printed under every figure (the "
+                   "experiment's figure_note, e.g. that it is smoke scale); default: none")
     p.set_defaults(func=commands.cmd_traces_plot)
 
     p = tsub.add_parser("split", help="cut a trace in time into a training and a test part")

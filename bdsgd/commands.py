@@ -86,7 +86,7 @@ def cmd_traces_plot(args):
 
     check_output("--out", args.out, folder=True, inputs=(args.trace,))
     name = args.name or Path(args.trace).stem
-    for path in draw_trace_figures(read_trace(args.trace), name, Path(args.out)):
+    for path in draw_trace_figures(read_trace(args.trace), name, Path(args.out), args.note):
         print(f"wrote {path}")
 
 

@@ -238,6 +238,7 @@ class Config:
     wandb: WandbConfig
     resources: ResourcesConfig
     distributed: DistributedConfig
+    figure_note: str | None  # printed under every figure of the experiment's results
     source: str = ""  # the file it came from, for error messages; not part of the hash
 
     def to_dict(self) -> dict[str, Any]:
@@ -348,6 +349,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         resources=_sub(ResourcesConfig, data["resources"]),
         distributed=DistributedConfig({name: _sub(DistributedJob, job) for name, job
                                        in data["distributed"]["jobs"].items()}),
+        figure_note=data["figure_note"],
         source=source,
     )
 

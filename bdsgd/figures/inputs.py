@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from bdsgd.config import CENSORING, LATE
 from bdsgd.errors import UserError
@@ -76,6 +77,41 @@ def read_parquet(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
+def replayed_step(iterations: pd.Series) -> pd.Series:
+    """Each row's iteration counted from 0 within the replayed (test) part: the rank of its
+    iteration id among the part's (a recorded trace's ids start where the training part ends,
+    and a sampled one's skip), so that every figure counts the replayed iterations alike."""
+    return (iterations.rank(method="dense") - 1).astype(int)
+
+
+def virtual_time_unit(path: Path) -> str:
+    """The unit of a run's virtual time (result.json's clock and trace_meta): seconds under
+    train.clock scaled (the trace's run-times times seconds per unit), the trace's own unit
+    under recorded (its run-times read as they are: seconds only for a trace in seconds)."""
+    data = json.loads(path.read_text())  # read and checked by _summary already
+    clock = data.get("clock") if isinstance(data.get("clock"), dict) else {}
+    meta = data.get("trace_meta") if isinstance(data.get("trace_meta"), dict) else {}
+    if clock.get("clock", "recorded") == "scaled":
+        return "s"
+    return str(meta.get("time_unit", "s"))
+
+
+def load_note(results_dir: Path) -> str | None:
+    """The experiment's figure_note (results/<experiment>/config.yaml, the whole config as the
+    workflow records it): the line printed under every figure; None without one."""
+    path = Path(Layout(str(results_dir)).config())
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(str(path), "-", f"damaged: not valid YAML ({exc})") from None
+    note = data.get("figure_note") if isinstance(data, dict) else None
+    if note is not None and not isinstance(note, str):
+        raise UserError(str(path), "figure_note", f"not a string: {note!r}")
+    return note or None
+
+
 def _summary(path: Path) -> dict:
     """A run's result.json summary, its identifying fields and target checked."""
     summary = read_json(path, "summary")
@@ -90,7 +126,8 @@ def _summary(path: Path) -> dict:
 
 def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary: one row per run, metrics: every row of every run, with task, trace, policy,
-    seed). A run whose result names no trace has trace ""."""
+    seed and its virtual time's unit, ``time_unit``). A run whose result names no trace has
+    trace ""."""
     rows, metrics = [], []
     layout = Layout(str(results_dir))
     # and those of a results folder written before runs had a trace (runs/<task>/<policy>/seed<k>)
@@ -103,15 +140,17 @@ def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         for column in OPTIONAL_METRICS:
             if column not in run:
                 run[column] = np.nan
-        metrics.append(run.assign(**{k: summary[k] for k in ("task", "trace", "policy", "seed")}))
+        metrics.append(run.assign(**{k: summary[k] for k in ("task", "trace", "policy", "seed")},
+                                  time_unit=virtual_time_unit(result)))
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     summary = summary.sort_values(["task", "trace", "policy", "seed"]).reset_index(drop=True)
     return summary, pd.concat(metrics, ignore_index=True)
 
 
 def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per trace x policy x rule, per-iteration decisions of every trace: each
-    throughput.json needs its decisions.parquet beside it)."""
+    """(one row per trace x policy x rule, per-iteration decisions of every trace, with the
+    iteration counted from 0 in ``step``: each throughput.json needs its decisions.parquet
+    beside it)."""
     rows, decisions = [], []
     layout = Layout(str(results_dir))
     for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
@@ -123,7 +162,8 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                          "rule": entry.get("rule") or "", **{
                              k: entry.get(k) for k in THROUGHPUT_COLUMNS[3:]}})
         dec = Path(layout.throughput(trace, "decisions.parquet"))
-        decisions.append(read_parquet(dec, DECISIONS).assign(trace=trace))
+        frame = read_parquet(dec, DECISIONS)
+        decisions.append(frame.assign(trace=trace, step=replayed_step(frame["iteration"])))
     # With --rule both, a predictive policy appears under its default rule (plain name) and as
     # <policy>/<rule> for each rule: keep one row per (trace, policy, rule).
     table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS).drop_duplicates(["trace", "policy", "rule"])
@@ -188,9 +228,11 @@ def time_unit(results_dir: Path, trace: str) -> str:
 
 
 def load_predictions(results_dir: Path) -> list[tuple[str, pd.DataFrame, str]]:
-    """(trace, its model's held-out predictions, the trace's time unit) for every model."""
+    """(trace, its model's held-out predictions with the iteration counted from 0 in ``step``,
+    the trace's time unit) for every model."""
     layout = Layout(str(results_dir))
     paths = need(layout.find(layout.model(ANY, "predictions.parquet")), results_dir,
                  "model predictions")
-    return [(path.parent.name, read_parquet(path, PREDICTIONS),
-             time_unit(results_dir, path.parent.name)) for path in paths]
+    frames = [(path, read_parquet(path, PREDICTIONS)) for path in paths]
+    return [(path.parent.name, frame.assign(step=replayed_step(frame["iteration"])),
+             time_unit(results_dir, path.parent.name)) for path, frame in frames]

@@ -13,6 +13,7 @@
 # declare is an error, not the schema's default.
 import os
 import re
+import shlex
 from pathlib import Path
 
 import yaml
@@ -208,6 +209,12 @@ def figure_outputs():
     "all traces"."""
     return report_outputs(FIGURE_TABLE, PATHS.figure,
                           lambda category: "all traces" if category == "Traces" else None)
+
+
+def note_flag():
+    """The trace figures' --note: the config's figure_note, quoted for the shell (none: no flag)."""
+    note = config.get("figure_note")
+    return f"--note {shlex.quote(note)}" if note else ""
 
 
 def trace_figure_outputs():

@@ -12,6 +12,7 @@ rule figures:
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
         ablations=ablation_outputs(),
+        config=PATHS.config(),  # its figure_note, printed under every figure
     output:
         **figure_outputs(),
     log:
@@ -34,7 +35,9 @@ rule trace_figures:
         PATHS.figures_log("{trace}"),
     params:
         out=lambda wc, output: Path(output[0]).parent,
+        note=note_flag(),
     conda:
         "../envs/bdsgd.yaml"
     shell:
-        "bdsgd traces plot {input} --name {wildcards.trace} --out {params.out} > {log} 2>&1"
+        "bdsgd traces plot {input} --name {wildcards.trace} --out {params.out} {params.note} "
+        "> {log} 2>&1"
