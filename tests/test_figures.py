@@ -27,7 +27,9 @@ N_WORKERS, ROWS, EVAL_EVERY, TARGET = 4, 30, 5, 0.5
 # (policy, seed, iteration at which the run reaches the target or None, staleness columns?)
 RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
        [("async", s, [10, None][s], True) for s in range(2)] + \
-       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)]
+       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)] + \
+       [("bdsgd+progress", s, 10 + 5 * s, False) for s in range(2)] + \
+       [("bdsgd+lr-none", 0, None, False)]  # bdsgd's variants (tests/test_ablations.py)
 
 
 def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.DataFrame:
@@ -187,7 +189,8 @@ def test_figures_draw_each_policy_in_its_colour(results, tmp_path, monkeypatch):
             for line in ax.get_lines():
                 if not line.get_label().startswith(("_", "target")):
                     drawn.setdefault(line.get_label(), set()).add(line.get_color())
-    assert drawn == {p: {policy_colour(p)} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
+    assert drawn == {p: {policy_colour(p)} for p in ("sync", "async", "bdsgd", "explore-bdsgd",
+                                                     "bdsgd+progress", "bdsgd+lr-none")}
     # the cutoff figure has the cutoff policies only
     cutoff_labels = {line.get_label() for line in figures[2].axes[0].get_lines()}
     assert not cutoff_labels & set(MODES)

@@ -11,7 +11,7 @@ library.
 from bdsgd.plotting import FIGURE_FORMATS, figure_files
 
 __all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "FALLBACK_COLOURS",
-           "EXPLORE_PREFIX"]
+           "EXPLORE_PREFIX", "VARIANT_SEP"]
 
 FIGURES = {
     "summary": ("summary.csv", "summary.rst", "Tables"),
@@ -25,6 +25,8 @@ FIGURES = {
     "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
+    "ablations": ("ablations.png", "ablations.rst", "Convergence"),
+    "ablations_summary": ("ablations.csv", "ablations_summary.rst", "Tables"),
 }
 
 
@@ -50,3 +52,6 @@ POLICY_COLOURS = {
 }
 FALLBACK_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
 EXPLORE_PREFIX = "explore-"
+# <policy>+<variant>: the policy trained with other train: keys (bdsgd.policies.VARIANTS), an arm
+# of the convergence runs of its own; ``ablations`` draws each beside its policy.
+VARIANT_SEP = "+"

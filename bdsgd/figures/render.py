@@ -39,6 +39,7 @@ from bdsgd.figures import (  # noqa: E402
     FIGURES,
     POLICY_COLOURS,
 )
+from bdsgd.figures.ablations import ablation_table, ablations  # noqa: E402
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
@@ -348,6 +349,7 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
+    ablated = ablation_table(summary)
     written = [
         *_write_csv(summary, path["summary"]),
         *_write_csv(table, path["throughput_summary"]),
@@ -360,6 +362,8 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
         *model_predictions(results_dir, path["model_predictions"], predictions),
+        *_write_csv(ablated, path["ablations_summary"]),
+        *ablations(ablated, path["ablations"], policy_colour),
     ]
     for path in written:
         logger.info(f"wrote {path}")
