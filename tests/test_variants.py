@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
 from bdsgd.policies import VARIANTS, spec, variant
 from bdsgd.policies.build import Inputs, build_policy
 from bdsgd.training import train_run
-from tests.helpers import make_cfg, metrics, summary, tiny_config, write
+from tests.helpers import bdsgd_in_process, make_cfg, metrics, summary, tiny_config, write
 
 X = np.random.default_rng(0).lognormal(size=(12, 4)) + 1.0
 
@@ -75,6 +76,24 @@ def test_a_run_refuses_an_unknown_variant_naming_the_flag(tmp_path):
     with pytest.raises(UserError) as err:
         train_run(make_cfg(), "digits", "ecdf+fast", 0, write(tmp_path, X), tmp_path / "run")
     assert err.value.file == "--policy" and "unknown variant 'fast'" in str(err.value)
+
+
+def test_the_train_command_runs_a_variant_from_its_stage_config(tmp_path, capsys):
+    """``bdsgd train`` reads its config as stage train (bdsgd.stages) with the variant's keys."""
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "experiment": "v", "traces": {"t": {"source": "simulate"}},
+        "policies": {"static_backups": 1},
+        "train": {"trace": "t", "tasks": ["digits"], "max_iterations": 4, "eval_every": 4,
+                  "batch_size": 8, "learning_rate": 0.1}}))
+    trace = write(tmp_path, X)
+    run = ["train", "--config", config, "--task", "digits", "--seed", 0, "--trace", trace, "--out"]
+    done = bdsgd_in_process(capsys, *run, tmp_path / "arm", "--policy", "static+lr-none")
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_allclose(metrics(tmp_path / "arm")["lr"], 0.1)
+    bad = bdsgd_in_process(capsys, *run, tmp_path / "bad", "--policy", "static+fast")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+    assert bad.stderr.startswith("bdsgd: error: --policy: static+fast: unknown variant 'fast'")
 
 
 def test_a_variant_outside_a_convergence_run_is_refused():
