@@ -188,7 +188,7 @@ def test_every_command_loads_its_config_as_its_stage(config_file, tmp_path, monk
     class Loaded(Exception):
         pass
 
-    def spy(path, stage, task=None):
+    def spy(path, stage, task=None, variant=None):
         raise Loaded(stage)
 
     monkeypatch.setattr(S, "load_stage_config", spy)
