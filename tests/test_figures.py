@@ -34,7 +34,9 @@ N_WORKERS, ROWS, EVAL_EVERY, TARGET, DECISIONS = 4, 30, 5, 0.5, 40
 # (policy, seed, iteration at which the run reaches the target or None, staleness columns?)
 RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
        [("async", s, [10, None][s], True) for s in range(2)] + \
-       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)]
+       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)] + \
+       [("bdsgd+progress", s, 10 + 5 * s, False) for s in range(2)] + \
+       [("bdsgd+lr-none", s, None, False) for s in range(2)]  # bdsgd's variants (tests/test_ablations.py)
 
 
 def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.DataFrame:
@@ -232,7 +234,7 @@ def _labelled_lines(fig) -> dict[str, set]:
 
 def test_curves_draw_each_policy_in_its_style_with_one_legend_below(drawn):
     expected = {p: {(policy_colour(p), {"-": "-", "--": "--", ":": ":", "-.": "-."}[
-        policy_style(p)["ls"]])} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
+        policy_style(p)["ls"]])} for p in {run[0] for run in RUNS}}
     for name in ("time_to_accuracy", "loss_curves"):
         fig = drawn[name]
         assert _labelled_lines(fig) == expected, name
@@ -296,7 +298,8 @@ def test_training_cutoff_one_panel_per_policy_with_every_seed(drawn):
     panels = _panels(drawn["training_cutoff"])
     cutoff_policies = {p for p, _, _, _ in RUNS if p not in MODES}
     # the old runs without a trace (bdsgd) and those on sim; no training mode
-    assert set(panels) == {"digits: bdsgd", "digits on sim: sync", "digits on sim: explore-bdsgd"}
+    assert set(panels) == {"digits: bdsgd", "digits: bdsgd+progress", "digits: bdsgd+lr-none",
+                           "digits on sim: sync", "digits on sim: explore-bdsgd"}
     assert {t.split(": ")[1] for t in panels} == cutoff_policies
     for title, ax in panels.items():
         policy = title.split(": ")[1]
@@ -340,9 +343,11 @@ def test_answers_state_what_was_measured(results):
     predictions = inputs.load_predictions(results)
     # bdsgd's seeds reach 0.5 at iteration 15 at 1.0 and 1.1 s an iteration: median 15.75;
     # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
-    # explore-bdsgd's one seed at 25 s; async's second seed never does
+    # explore-bdsgd's one seed at 25 s; async's second seed never does; bdsgd+progress's at
+    # iterations 10 and 15 at 1.0 and 1.1 s: median 13.25
     assert render.time_to_accuracy_answer(summary) == (
-        "On digits, bdsgd reaches the target first (median 15.8 over 2 seeds). On digits on "
+        "On digits, bdsgd+progress reaches the target first (median 13.2 over 2 seeds). On "
+        "digits on "
         "sim, explore-bdsgd reaches the target first (median 25 over 1 seed; sync 40).")
     assert render.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "

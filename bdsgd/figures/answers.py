@@ -25,6 +25,15 @@ QUESTIONS = {
     "data_value": ("R1, R3", "Can the model adapt from censored data; does letting stragglers "
                    "finish (or exploring) help?", "data_value"),
     "cutoff_evolution": ("R2", "How does the cutoff evolve over time?", "cutoff_over_time"),
+    "cutoff_in_training": ("R2", "Which cutoffs do the policies choose while training?",
+                           "training_cutoff"),
+    "time_to_accuracy": ("R1, R2", "Does a higher throughput reach the target accuracy sooner?",
+                         "time_to_accuracy"),
+    "objective": ("R2", "Does maximising the objective's gain instead of throughput pay?",
+                  "ablations"),
+    "lr_scaling": ("R3", "Does linear learning-rate scaling with the cutoff help?", "ablations"),
+    "model_quality": ("R2", "How good are the model's forecasts of the order statistics?",
+                      "model_predictions"),
 }
 COLUMNS = ["question", "reviewer", "asked", "figure", "answer"]
 

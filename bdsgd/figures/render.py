@@ -43,6 +43,7 @@ from bdsgd.figures import (  # noqa: E402
     POLICY_DASHES,
     replay_ablations,
 )
+from bdsgd.figures.ablations import ablation_table, ablations, ablations_answer  # noqa: E402
 from bdsgd.figures.answers import answers_rst, reviewers_table  # noqa: E402
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
@@ -582,7 +583,8 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     table, decisions = load_throughput(results_dir)
     sweep = load_comm_sweep(results_dir)
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
-    ablations = replay_ablations.ablation_table(load_replay_ablations(results_dir))
+    replayed = replay_ablations.ablation_table(load_replay_ablations(results_dir))
+    ablated = ablation_table(summary)
     sns.set_theme(style="whitegrid", context="notebook")
 
     def unit(trace: str) -> str:
@@ -601,11 +603,11 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
         *model_predictions(results_dir, path["model_predictions"], predictions),
-        *_write_csv(ablations, path["replay_ablations"]),
-        *replay_ablations.draw(ablations, "censoring", path["censoring"], unit,
-                                policy_style),
-        *replay_ablations.draw(ablations, "data", path["data_value"], unit,
-                                policy_style),
+        *_write_csv(replayed, path["replay_ablations"]),
+        *replay_ablations.draw(replayed, "censoring", path["censoring"], unit, policy_style),
+        *replay_ablations.draw(replayed, "data", path["data_value"], unit, policy_style),
+        *_write_csv(ablated, path["ablations_summary"]),
+        *ablations(ablated, path["ablations"], policy_colour),
     ]
     # the measured answer to each reviewer question, beside the figure that answers it
     answers = {
@@ -614,8 +616,9 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         "cutoff_over_time": cutoff_over_time_answer(decisions),
         "model_predictions": model_predictions_answer(predictions),
         "comm_sweep": comm_sweep_answer(sweep),
-        "censoring": replay_ablations.censoring_answer(ablations),
-        "data_value": replay_ablations.data_value_answer(ablations),
+        "censoring": replay_ablations.censoring_answer(replayed),
+        "data_value": replay_ablations.data_value_answer(replayed),
+        "ablations": ablations_answer(ablated),
     }
     written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
                 *_write_csv(reviewers_table(answers), path["reviewers"])]
