@@ -4,23 +4,31 @@ per policy, the time-to-target interval, old runs without staleness, byte-identi
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from bdsgd.errors import UserError
 from bdsgd.figures import (
     FALLBACK_COLOURS,
     FIGURES,
     POLICY_COLOURS,
+    distributed,
     figure_files,
     render,
 )
+from bdsgd.figures.distributed import agreement, distributed_replay_answer, replay_job
+from bdsgd.figures.inputs import load_distributed
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
 from bdsgd.figures.stats import median_interval, time_to_target_stats
+from bdsgd.io import write_json
 from bdsgd.policies import NAMES
 from bdsgd.schedules import MODES
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.schema import from_arrays
 
 REPO = Path(__file__).resolve().parents[1]
 N_WORKERS, ROWS, EVAL_EVERY, TARGET = 4, 30, 5, 0.5
@@ -68,10 +76,44 @@ def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_sty
     (run / "result.json").write_text(json.dumps({"summary": summary}))
 
 
+# a distributed job: DIST_WORKERS workers, worker 2 five times slower, cutoff DIST_CUTOFF; its
+# server spends OVERHEAD_S per iteration beyond the cutoff time (what the virtual clock leaves out)
+DIST_WORKERS, DIST_CUTOFF, OVERHEAD_S = 3, 2, 0.002
+
+
+def _dist_runtimes() -> np.ndarray:
+    x = np.random.default_rng(1).uniform(0.02, 0.03, size=(ROWS, DIST_WORKERS))
+    x[:, 2] *= 5
+    return x
+
+
+def _write_distributed(results: Path) -> None:
+    """A distributed job's files as ``bdsgd.distributed.ps`` writes them: result.json, metrics
+    and the recorded trace, the worker the cutoff cut censored at the cutoff time."""
+    job = results / "distributed/straggler"
+    job.mkdir(parents=True)
+    x = _dist_runtimes()
+    tau = np.sort(x, axis=1)[:, DIST_CUTOFF - 1]
+    cut = x > tau[:, None]
+    write_trace(from_arrays(np.where(cut, tau[:, None], x), {
+        "source": "distributed", "policy": "static", "late": "abandon", "time_unit": "s",
+        "workers": DIST_WORKERS}, censored=cut), job / "result.trace.parquet")
+    it = np.arange(1, ROWS + 1)
+    pd.DataFrame({"iteration": it, "wall_time_s": np.cumsum(tau + OVERHEAD_S),
+                  "cutoff": DIST_CUTOFF, "iteration_time_s": tau, "lr": 0.1,
+                  "train_loss": 1.0 / it, "live_workers": DIST_WORKERS, "stale": 0,
+                  "decision_s": 1e-5, "test_accuracy": np.where(it % 10 == 0, 0.5, np.nan)}
+                 ).to_parquet(job / "result.metrics.parquet", index=False)
+    write_json(job / "result.json", {
+        "policy": "static", "late": "abandon", "workers": DIST_WORKERS, "iterations": ROWS,
+        "job": {"policy": "static", "late": "abandon", "workers": DIST_WORKERS,
+                "iterations": ROWS, "task": "digits", "seed": 0}})
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     """A results folder as the DAG lays it out: one trace, its throughput replay and model
-    predictions, and the convergence runs of RUNS."""
+    predictions, the convergence runs of RUNS and one distributed job."""
     results = tmp_path_factory.mktemp("figures") / "results"
     rng = np.random.default_rng(0)
     for sub in ("traces/sim", "throughput/sim", "models/sim"):
@@ -99,6 +141,7 @@ def results(tmp_path_factory) -> Path:
         results / "models/sim/predictions.parquet")
     for run in RUNS:
         _write_run(results, *run)
+    _write_distributed(results)
     return results
 
 
@@ -224,3 +267,72 @@ def test_time_to_target_stats_count_seeds_that_reached():
         [3, 2, 30.0, 10.0, np.inf]
     assert stats.loc["b", ["seeds", "reached"]].tolist() == [2, 0]
     assert np.isinf(stats.loc["b", "median"])
+
+
+# ----------------------------------------------------------------------------- distributed
+def test_distributed_replay_waits_for_the_recorded_cutoff(results):
+    """The virtual iteration is the c-th smallest recorded run-time (the censored worker's lower
+    bound never counts); the real one is that plus the server's overhead."""
+    [job] = load_distributed(results)
+    replay = replay_job(job)
+    tau = np.sort(_dist_runtimes(), axis=1)[:, DIST_CUTOFF - 1]
+    np.testing.assert_allclose(replay["virtual_s"], tau)
+    np.testing.assert_allclose(replay["real_s"], tau + OVERHEAD_S)
+    found = agreement(replay)
+    assert found["total_ratio"] == pytest.approx(tau.sum() / (tau + OVERHEAD_S).sum())
+    assert found["median_error"] == pytest.approx(np.median(OVERHEAD_S / (tau + OVERHEAD_S)))
+
+
+def test_distributed_replay_answer_states_the_measured_agreement():
+    replay = pd.DataFrame({"iteration": [1, 2, 3, 4], "cutoff": 2, "real_s": [1.0, 1.0, 1.0, 1.0],
+                           "virtual_s": [0.9, 1.1, 0.8, 1.0]})
+    answer = distributed_replay_answer({"a": replay})
+    # total 3.8 / 4; |error| 0.1, 0.1, 0.2, 0: median 10 %, 90th percentile 17 %
+    assert "0.95 (a)" in answer and "10 % (a)" in answer and "17 % (a)" in answer
+    both = distributed_replay_answer({"a": replay, "b": replay.assign(virtual_s=2.0)})
+    assert "0.95 (a), 2.00 (b)" in both
+    assert distributed_replay_answer({}).startswith("No distributed job")
+
+
+def test_distributed_replay_draws_real_and_virtual_per_job(results, tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(distributed, "save_figure", lambda fig, path: figures.append(fig) or [path])
+    distributed.distributed_replay(load_distributed(results), tmp_path / "d.png", policy_style)
+    [fig] = figures
+    time_ax, cut_ax, total_ax = fig.axes
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "iteration" and ax.get_ylabel()
+        assert all(len(line.get_xdata()) == ROWS for line in ax.get_lines())
+    for ax in (time_ax, total_ax):
+        assert "(s)" in ax.get_ylabel()
+        assert [line.get_label() for line in ax.get_lines()] == ["real run", "virtual clock"]
+        assert ax.get_lines()[0].get_color() == policy_colour("static")
+    assert len(cut_ax.get_lines()) == 1
+    assert set(cut_ax.get_lines()[0].get_ydata()) == {DIST_CUTOFF}
+    render.plt.close(fig)
+
+
+def test_distributed_replay_without_jobs_says_so(tmp_path):
+    written = distributed.distributed_replay([], tmp_path / "d.png", policy_style)
+    assert [p.name for p in written] == ["d.png", "d.pdf"]
+    assert all(p.stat().st_size > 0 for p in written)
+
+
+@pytest.mark.parametrize("damage, file, field", [
+    (lambda job: write_json(job / "result.json", {"job": {"policy": "static", "late": "later",
+                                                          "workers": DIST_WORKERS}}),
+     "result.json", "job.late"),
+    (lambda job: pd.read_parquet(job / "result.metrics.parquet").head(3).to_parquet(
+        job / "result.metrics.parquet"), "result.trace.parquet", "-"),
+    (lambda job: (job / "result.trace.parquet").write_text("no parquet"),
+     "result.trace.parquet", "-"),
+])
+def test_a_damaged_distributed_job_stops_render_all(results, tmp_path, damage, file, field):
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    damage(copy / "distributed/straggler")
+    with pytest.raises(UserError) as err:
+        render_all(copy, tmp_path / "out")
+    assert err.value.file == str(copy / "distributed/straggler" / file)
+    assert err.value.field == field
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

@@ -25,6 +25,7 @@ FIGURES = {
     "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
+    "distributed_replay": ("distributed_replay.png", "distributed_replay.rst", "Convergence"),
 }
 
 

@@ -6,6 +6,7 @@
     models/<trace>/evaluation.json, predictions.parquet
     throughput/<trace>/throughput.json, decisions.parquet
     runs/<trace>/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
+    distributed/<job>/result.json, result.metrics.parquet, result.trace.parquet (may be none)
 
 (found through ``bdsgd.layout``, as the workflow lays them out; read and checked, every file,
 by ``bdsgd.figures.inputs`` before any figure is drawn: a missing or damaged file is one line
@@ -39,10 +40,12 @@ from bdsgd.figures import (  # noqa: E402
     FIGURES,
     POLICY_COLOURS,
 )
+from bdsgd.figures.distributed import distributed_replay  # noqa: E402
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
     load_comm_sweep,
+    load_distributed,
     load_predictions,
     load_runs,
     load_throughput,
@@ -346,6 +349,7 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     table, decisions = load_throughput(results_dir)
     sweep = load_comm_sweep(results_dir)
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
+    jobs = load_distributed(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
@@ -360,6 +364,7 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
         *model_predictions(results_dir, path["model_predictions"], predictions),
+        *distributed_replay(jobs, path["distributed_replay"], policy_style),
     ]
     for path in written:
         logger.info(f"wrote {path}")

@@ -11,6 +11,8 @@ rule figures:
         evaluations=expand(PATHS.model(file="evaluation.json"), trace=config["traces"]),
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
+        distributed=[PATHS.distributed(job, file) for job in DIST
+                     for file in ("result.json", "result.metrics.parquet", "result.trace.parquet")],
     output:
         **figure_outputs(),
     log:
