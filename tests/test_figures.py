@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bdsgd.clock import replay_cutoffs
 from bdsgd.errors import UserError
 from bdsgd.figures import (
     FALLBACK_COLOURS,
@@ -77,8 +78,9 @@ def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_sty
 
 
 # a distributed job: DIST_WORKERS workers, worker 2 five times slower, cutoff DIST_CUTOFF; its
-# server spends OVERHEAD_S per iteration beyond the cutoff time (what the virtual clock leaves out)
-DIST_WORKERS, DIST_CUTOFF, OVERHEAD_S = 3, 2, 0.002
+# server spends OVERHEAD_S per iteration beyond the cutoff time (what the virtual clock leaves out);
+# its replayed policy waits for all workers in the first REPLAY_SYNC iterations
+DIST_WORKERS, DIST_CUTOFF, OVERHEAD_S, REPLAY_SYNC = 3, 2, 0.002, 3
 
 
 def _dist_runtimes() -> np.ndarray:
@@ -88,14 +90,21 @@ def _dist_runtimes() -> np.ndarray:
 
 
 def _write_distributed(results: Path) -> None:
-    """A distributed job's files as ``bdsgd.distributed.ps`` writes them: result.json, metrics
-    and the recorded trace, the worker the cutoff cut censored at the cutoff time."""
+    """A distributed job's files as ``bdsgd.distributed.ps`` writes them: result.json, metrics,
+    the recorded trace (the worker the cutoff cut censored at the cutoff time) and its replay."""
     job = results / "distributed/straggler"
     job.mkdir(parents=True)
     x = _dist_runtimes()
     tau = np.sort(x, axis=1)[:, DIST_CUTOFF - 1]
     cut = x > tau[:, None]
-    write_trace(from_arrays(np.where(cut, tau[:, None], x), {
+    recorded = np.where(cut, tau[:, None], x)
+    own = np.where(np.arange(ROWS) < REPLAY_SYNC, DIST_WORKERS, DIST_CUTOFF)
+    comm = np.zeros(DIST_WORKERS)
+    pd.DataFrame({"iteration": np.arange(1, ROWS + 1),
+                  "virtual_s": replay_cutoffs(recorded, np.full(ROWS, DIST_CUTOFF), comm),
+                  "replay_cutoff": own, "replay_s": replay_cutoffs(recorded, own, comm)}
+                 ).to_parquet(job / "result.replay.parquet", index=False)
+    write_trace(from_arrays(recorded, {
         "source": "distributed", "policy": "static", "late": "abandon", "time_unit": "s",
         "workers": DIST_WORKERS}, censored=cut), job / "result.trace.parquet")
     it = np.arange(1, ROWS + 1)
@@ -271,8 +280,9 @@ def test_time_to_target_stats_count_seeds_that_reached():
 
 # ----------------------------------------------------------------------------- distributed
 def test_distributed_replay_waits_for_the_recorded_cutoff(results):
-    """The virtual iteration is the c-th smallest recorded run-time (the censored worker's lower
-    bound never counts); the real one is that plus the server's overhead."""
+    """The virtual iteration (the server's replay, here ``replay_cutoffs``) is the c-th smallest
+    recorded run-time (the censored worker's lower bound never counts); the real one is that plus
+    the server's overhead."""
     [job] = load_distributed(results)
     replay = replay_job(job)
     tau = np.sort(_dist_runtimes(), axis=1)[:, DIST_CUTOFF - 1]
@@ -281,16 +291,23 @@ def test_distributed_replay_waits_for_the_recorded_cutoff(results):
     found = agreement(replay)
     assert found["total_ratio"] == pytest.approx(tau.sum() / (tau + OVERHEAD_S).sum())
     assert found["median_error"] == pytest.approx(np.median(OVERHEAD_S / (tau + OVERHEAD_S)))
+    # the job's own replay: its policy waited for all workers, the censored ones at their lower
+    # bound (the real cutoff time), in its first REPLAY_SYNC iterations
+    assert found["same_cutoff"] == pytest.approx(1 - REPLAY_SYNC / ROWS)
+    np.testing.assert_allclose(replay["replay_s"][:REPLAY_SYNC], tau[:REPLAY_SYNC])
 
 
 def test_distributed_replay_answer_states_the_measured_agreement():
     replay = pd.DataFrame({"iteration": [1, 2, 3, 4], "cutoff": 2, "real_s": [1.0, 1.0, 1.0, 1.0],
-                           "virtual_s": [0.9, 1.1, 0.8, 1.0]})
+                           "virtual_s": [0.9, 1.1, 0.8, 1.0], "replay_cutoff": 2, "replay_s": 1.0})
     answer = distributed_replay_answer({"a": replay})
     # total 3.8 / 4; |error| 0.1, 0.1, 0.2, 0: median 10 %, 90th percentile 17 %
     assert "0.95 (a)" in answer and "10 % (a)" in answer and "17 % (a)" in answer
-    both = distributed_replay_answer({"a": replay, "b": replay.assign(virtual_s=2.0)})
+    assert "cutoff in 100 % (a) of the iterations" in answer
+    both = distributed_replay_answer({"a": replay, "b": replay.assign(virtual_s=2.0,
+                                                                      replay_cutoff=[2, 2, 3, 2])})
     assert "0.95 (a), 2.00 (b)" in both
+    assert "cutoff in 100 % (a), 75 % (b) of the iterations" in both
     assert distributed_replay_answer({}).startswith("No distributed job")
 
 
@@ -303,12 +320,14 @@ def test_distributed_replay_draws_real_and_virtual_per_job(results, tmp_path, mo
     for ax in fig.axes:
         assert ax.get_xlabel() == "iteration" and ax.get_ylabel()
         assert all(len(line.get_xdata()) == ROWS for line in ax.get_lines())
-    for ax in (time_ax, total_ax):
-        assert "(s)" in ax.get_ylabel()
-        assert [line.get_label() for line in ax.get_lines()] == ["real run", "virtual clock"]
+    own = "virtual clock, policy replayed"
+    for ax, labels in ((time_ax, ["real run", "virtual clock"]), (cut_ax, ["real run", own]),
+                       (total_ax, ["real run", "virtual clock", own])):
+        assert [line.get_label() for line in ax.get_lines()] == labels
         assert ax.get_lines()[0].get_color() == policy_colour("static")
-    assert len(cut_ax.get_lines()) == 1
+    assert "(s)" in time_ax.get_ylabel() and "(s)" in total_ax.get_ylabel()
     assert set(cut_ax.get_lines()[0].get_ydata()) == {DIST_CUTOFF}
+    assert set(cut_ax.get_lines()[1].get_ydata()) == {DIST_CUTOFF, DIST_WORKERS}
     render.plt.close(fig)
 
 
@@ -319,13 +338,16 @@ def test_distributed_replay_without_jobs_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("damage, file, field", [
-    (lambda job: write_json(job / "result.json", {"job": {"policy": "static", "late": "later",
+    (lambda job: write_json(job / "result.json", {"job": {"policy": "static", "late": 3,
                                                           "workers": DIST_WORKERS}}),
      "result.json", "job.late"),
     (lambda job: pd.read_parquet(job / "result.metrics.parquet").head(3).to_parquet(
         job / "result.metrics.parquet"), "result.trace.parquet", "-"),
     (lambda job: (job / "result.trace.parquet").write_text("no parquet"),
      "result.trace.parquet", "-"),
+    (lambda job: pd.read_parquet(job / "result.replay.parquet").assign(replay_cutoff=0).to_parquet(
+        job / "result.replay.parquet"), "result.replay.parquet", "replay_cutoff"),
+    (lambda job: (job / "result.replay.parquet").unlink(), "result.replay.parquet", "-"),
 ])
 def test_a_damaged_distributed_job_stops_render_all(results, tmp_path, damage, file, field):
     copy = tmp_path / "results"

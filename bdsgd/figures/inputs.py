@@ -18,7 +18,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bdsgd.clock import LATE
 from bdsgd.errors import UserError
 from bdsgd.layout import ANY, Layout
 from bdsgd.traces.io import META_KEY, read_trace
@@ -39,6 +38,7 @@ METRICS = ("iteration", "virtual_time_s", "cutoff", "train_loss", "test_accuracy
 DECISIONS = ("policy", "iteration", "cutoff")
 PREDICTIONS = ("order", "iteration", "predicted_mean", "lo90", "hi90", "realised")
 DISTRIBUTED_METRICS = ("iteration", "wall_time_s", "cutoff")
+DISTRIBUTED_REPLAY = ("iteration", "virtual_s", "replay_cutoff", "replay_s")
 
 
 def need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
@@ -193,18 +193,21 @@ class DistributedJob:
     late: str  # distributed.late: what the workers it did not wait for did
     metrics: pd.DataFrame  # DISTRIBUTED_METRICS, one row per iteration
     trace: Trace  # the run-times it recorded (censored where the cutoff cut a worker)
+    # the virtual clock on that trace, DISTRIBUTED_REPLAY per iteration: with the job's cutoffs,
+    # and a fresh policy's own run (bdsgd.distributed.ps.ParameterServer._replay)
+    replay: pd.DataFrame
 
 
 def load_distributed(results_dir: Path) -> list[DistributedJob]:
     """Every distributed job (``Layout.distributed``): its result.json's job (policy, late
-    mode, workers), metrics and trace, as many iterations in each and the cutoffs in 1..n.
-    None at all is no error: a results folder without distributed jobs."""
+    mode, workers), metrics, trace and replay, as many iterations in each and the cutoffs in
+    1..n. None at all is no error: a results folder without distributed jobs."""
     layout, jobs = Layout(str(results_dir)), []
     for path in layout.find(layout.distributed(ANY)):
         job = read_json(path, "job")
         workers = job.get("workers")
         for key, ok in (("policy", isinstance(job.get("policy"), str)),
-                        ("late", job.get("late") in LATE),
+                        ("late", isinstance(job.get("late"), str)),
                         ("workers", type(workers) is int and workers > 0)):
             if not ok:
                 raise UserError(str(path), f"job.{key}", f"missing or invalid: {job.get(key)!r}")
@@ -220,5 +223,11 @@ def load_distributed(results_dir: Path) -> list[DistributedJob]:
         for column, (ok, message) in checks.items():
             if not ok:
                 raise UserError(str(path.with_name("result.metrics.parquet")), column, message)
-        jobs.append(DistributedJob(path.parent.name, job["policy"], job["late"], metrics, trace))
+        replay_path = path.with_name("result.replay.parquet")
+        replay = read_parquet(replay_path, DISTRIBUTED_REPLAY)
+        if len(replay) != len(metrics) or not replay["replay_cutoff"].between(1, workers).all():
+            raise UserError(str(replay_path), "replay_cutoff", f"not {len(metrics)} iterations "
+                            f"of cutoffs in 1..{workers}, as the job ran")
+        jobs.append(DistributedJob(path.parent.name, job["policy"], job["late"], metrics, trace,
+                                   replay))
     return jobs

@@ -12,7 +12,8 @@ rule figures:
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
         distributed=[PATHS.distributed(job, file) for job in DIST
-                     for file in ("result.json", "result.metrics.parquet", "result.trace.parquet")],
+                     for file in ("result.json", "result.metrics.parquet", "result.trace.parquet",
+                                 "result.replay.parquet")],
     output:
         **figure_outputs(),
     log:
