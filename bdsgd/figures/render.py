@@ -6,7 +6,7 @@
     models/<trace>/evaluation.json, predictions.parquet
     throughput/<trace>/throughput.json, decisions.parquet
     runs/<trace>/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
-    distributed/<job>/result.json, result.metrics.parquet, result.trace.parquet (may be none)
+    distributed/<job>/result.json, result.{metrics,trace,replay}.parquet (may be none)
 
 (found through ``bdsgd.layout``, as the workflow lays them out; read and checked, every file,
 by ``bdsgd.figures.inputs`` before any figure is drawn: a missing or damaged file is one line
