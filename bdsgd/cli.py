@@ -218,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a worker silent this long counts as dead")
     p.add_argument("--seed", type=flags.seed, default=0, help="seed of data order, init and policy")
     p.add_argument("--json", required=True,
-                   help="result to write (JSON); the metrics and the recorded trace go beside it")
+                   help="result to write (JSON); the metrics, the recorded trace and the virtual "
+                        "clock's replay of it go beside it")
     p.set_defaults(func=commands.cmd_distributed)
 
     # plan

@@ -32,6 +32,7 @@ FIGURES = {
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
     "ablations": ("ablations.png", "ablations.rst", "Convergence"),
     "ablations_summary": ("ablations.csv", "ablations_summary.rst", "Tables"),
+    "distributed_replay": ("distributed_replay.png", "distributed_replay.rst", "Convergence"),
 }
 
 

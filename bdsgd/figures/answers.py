@@ -32,6 +32,8 @@ QUESTIONS = {
     "objective": ("R2", "Does maximising the objective's gain instead of throughput pay?",
                   "ablations"),
     "lr_scaling": ("R3", "Does linear learning-rate scaling with the cutoff help?", "ablations"),
+    "clock_fidelity": ("R2", "Does the virtual clock reproduce a real distributed run?",
+                       "distributed_replay"),
     "model_quality": ("R2", "How good are the model's forecasts of the order statistics?",
                       "model_predictions"),
 }

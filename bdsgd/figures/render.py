@@ -6,6 +6,7 @@
     models/<trace>/evaluation.json, predictions.parquet
     throughput/<trace>/throughput.json, decisions.parquet
     runs/<trace>/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
+    distributed/<job>/result.json, result.{metrics,trace,replay}.parquet (may be none)
 
 (found through ``bdsgd.layout``, as the workflow lays them out; read and checked, every file,
 by ``bdsgd.figures.inputs`` before any figure is drawn: a missing or damaged file is one line
@@ -45,10 +46,16 @@ from bdsgd.figures import (  # noqa: E402
 )
 from bdsgd.figures.ablations import ablation_table, ablations, ablations_answer  # noqa: E402
 from bdsgd.figures.answers import answers_rst, reviewers_table  # noqa: E402
+from bdsgd.figures.distributed import (  # noqa: E402
+    distributed_replay,
+    distributed_replay_answer,
+    replay_job,
+)
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
     load_comm_sweep,
+    load_distributed,
     load_note,
     load_predictions,
     load_replay_ablations,
@@ -585,6 +592,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
     replayed = replay_ablations.ablation_table(load_replay_ablations(results_dir))
     ablated = ablation_table(summary)
+    jobs = load_distributed(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
 
     def unit(trace: str) -> str:
@@ -608,6 +616,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *replay_ablations.draw(replayed, "data", path["data_value"], unit, policy_style),
         *_write_csv(ablated, path["ablations_summary"]),
         *ablations(ablated, path["ablations"], policy_colour),
+        *distributed_replay(jobs, path["distributed_replay"], policy_style),
     ]
     # the measured answer to each reviewer question, beside the figure that answers it
     answers = {
@@ -619,6 +628,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         "censoring": replay_ablations.censoring_answer(replayed),
         "data_value": replay_ablations.data_value_answer(replayed),
         "ablations": ablations_answer(ablated),
+        "distributed_replay": distributed_replay_answer({job.name: replay_job(job) for job in jobs}),
     }
     written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
                 *_write_csv(reviewers_table(answers), path["reviewers"])]

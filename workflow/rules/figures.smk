@@ -13,6 +13,9 @@ rule figures:
         describe=expand(PATHS.describe(), trace=config["traces"]),
         ablations=ablation_outputs(),
         config=PATHS.config(),  # its figure_note, printed under every figure
+        distributed=[PATHS.distributed(job, file) for job in DIST
+                     for file in ("result.json", "result.metrics.parquet", "result.trace.parquet",
+                                 "result.replay.parquet")],
     output:
         **figure_outputs(),
     log:
