@@ -49,8 +49,7 @@ def ablation_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _seconds(value: float) -> str:
-    return "never" if not np.isfinite(value) else f"{value:.3g} s" if value < 1000 else (
-        f"{value:.0f} s")
+    return f"{value:.3g} s" if value < 1000 else f"{value:.0f} s"
 
 
 def ablations_answer(table: pd.DataFrame) -> str:
@@ -62,9 +61,11 @@ def ablations_answer(table: pd.DataFrame) -> str:
     sentences = []
     for (task, trace, _), arms in table.groupby(["task", "trace", "base"], sort=True):
         first = arms.iloc[0]
-        said = [f"{arm.policy} reaches {first.target_accuracy:g} in "
-                f"{_seconds(arm.median_time_to_target_s)} (mean cutoff {arm.mean_cutoff:.2f})"
-                for arm in arms.itertuples()]
+        said = [f"{arm.policy} reaches {first.target_accuracy:g} " + (
+                    f"in {_seconds(arm.median_time_to_target_s)}"
+                    if np.isfinite(arm.median_time_to_target_s) else
+                    f"in {arm.reached} of {arm.seeds} seeds only (median: never)") +
+                f" (mean cutoff {arm.mean_cutoff:.2f})" for arm in arms.itertuples()]
         where = f"{task} on {trace}" if trace else task
         sentences.append(f"On {where} ({int(first.n_workers)} workers, median of "
                          f"{int(arms['seeds'].max())} seeds): " + "; ".join(said) + ".")
