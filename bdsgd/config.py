@@ -110,6 +110,7 @@ class PoliciesConfig:
     score_scale: float
     bayes_samples: int
     compile: bool
+    decide_every: int
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ class ThroughputConfig:
     policies: tuple[str, ...]
     comm_s: float
     comm_ratios: tuple[float, ...]
+    decide_every: tuple[int, ...]
+    period_policies: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -91,11 +91,22 @@ class Replay:
     durations: np.ndarray  # (T,) tau_t + comm(c_t)
     cutoff_times: np.ndarray  # (T,) tau_t: x_t,(c_t), late starts included
     decision_ns: np.ndarray  # (T,) wall-clock time of the policy's work per iteration
+    worker_s: np.ndarray  # (3,) worker-seconds useful, wasted, idle (``bdsgd.clock``)
 
     @property
     def gradients_per_s(self) -> float:
         """sum c_t / sum duration_t (``bdsgd.cutoff.throughput`` where late workers abandon)."""
         return float(self.cutoffs.sum() / self.durations.sum())
+
+    @property
+    def wasted_fraction(self) -> float:
+        """Of the workers' time n sum_t duration_t, the part spent computing dropped gradients."""
+        return float(self.worker_s[1] / self.worker_s.sum())
+
+    @property
+    def idle_fraction(self) -> float:
+        """Of the workers' time, the part spent waiting for the cutoff and the communication."""
+        return float(self.worker_s[2] / self.worker_s.sum())
 
 
 def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
@@ -109,4 +120,4 @@ def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
     return Replay(np.array([s.obs.cutoff for s in steps], dtype=np.int64),
                   np.array([s.obs.duration for s in steps]),
                   np.array([s.obs.cutoff_time for s in steps]),
-                  np.array([s.policy_ns for s in steps], dtype=np.int64))
+                  np.array([s.policy_ns for s in steps], dtype=np.int64), clock.worker_s.copy())

@@ -21,6 +21,11 @@ FIGURES = {
     "training_cutoff": ("training_cutoff.png", "training_cutoff.rst", "Convergence"),
     "cutoff_over_time": ("cutoff_over_time.png", "cutoff_over_time.rst", "Policies"),
     "throughput": ("throughput.png", "throughput.rst", "Policies"),
+    "throughput_over_time": ("throughput_over_time.png", "throughput_over_time.rst", "Policies"),
+    "worker_time": ("worker_time.png", "worker_time.rst", "Policies"),
+    "period_sweep_summary": ("period_sweep.csv", "period_sweep_summary.rst", "Tables"),
+    "period_sweep": ("period_sweep.png", "period_sweep.rst", "Policies"),
+    "decision_overhead": ("decision_overhead.png", "decision_overhead.rst", "Policies"),
     "comm_sweep_summary": ("comm_sweep.csv", "comm_sweep_summary.rst", "Tables"),
     "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
@@ -45,6 +50,7 @@ POLICY_COLOURS = {
     "bayes": "#e377c2",
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#2ca02c",
+    "oracle-fixed": "#525252",  # dark grey: the best single cutoff in hindsight
     "async": "#1f77b4",
     "cyclic": "#ff7f0e",
 }

@@ -4,14 +4,15 @@
 
     traces/<trace>/{trace,test}.parquet, describe.json
     models/<trace>/evaluation.json, predictions.parquet
-    throughput/<trace>/throughput.json, decisions.parquet
+    throughput/<trace>/throughput.json, decisions.parquet, comm_sweep.csv, period_sweep.csv
     runs/<trace>/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
 
 (found through ``bdsgd.layout``, as the workflow lays them out; read and checked, every file,
 by ``bdsgd.figures.inputs`` before any figure is drawn: a missing or damaged file is one line
 naming it, and nothing is written) and writes every figure as PNG and PDF (``bdsgd.plotting``)
-plus ``summary.csv`` (one row per convergence run) and ``throughput_summary.csv`` (one row per
-trace x policy x rule). The tables hold no wall-clock numbers, so two runs of the same commit
+plus ``summary.csv`` (one row per convergence run), ``throughput_summary.csv`` (one row per
+trace x policy x rule) and the sweeps' tables. The throughput replay's figures are in
+``bdsgd.figures.replay``. The tables hold no wall-clock numbers, so two runs of the same commit
 and config give byte-identical tables; the PDFs carry no creation date, so they too repeat byte
 for byte on the same library versions.
 
@@ -42,7 +43,10 @@ from bdsgd.figures import (  # noqa: E402
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
+    gradient_s,
     load_comm_sweep,
+    load_overhead,
+    load_period_sweep,
     load_predictions,
     load_runs,
     load_throughput,
@@ -250,28 +254,6 @@ def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
-def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
-    """Throughput relative to the exact hindsight oracle, per policy (and rule): a panel per
-    trace, each bar in its policy's colour."""
-    rows = table[~table["policy"].isin(["oracle", *MODES])]
-    # a long name breaks after its first hyphen, so neighbouring labels do not run together
-    name = rows["policy"].str.replace("-", "-\n", n=1, regex=False)
-    rows = rows.assign(label=np.where(rows["rule"] == "", name, name + "\n" + rows["rule"]))
-    labels, traces = list(pd.unique(rows["label"])), sorted(rows["trace"].unique())
-    fig, axes = plt.subplots(len(traces), 1, figsize=(max(8, 0.75 * len(labels) + 3),
-                                                      3.2 * len(traces)), squeeze=False)
-    low = float(np.nanmin(rows["relative_to_oracle"]))
-    for ax, trace in zip(axes[:, 0], traces, strict=True):
-        for row in rows[rows["trace"] == trace].itertuples():
-            ax.bar(labels.index(row.label), row.relative_to_oracle, **_bar_style(row.policy))
-        ax.set_xticks(range(len(labels)), labels, fontsize=8)
-        ax.set(ylim=(max(0.0, low - 0.05), 1.01), ylabel="throughput / hindsight oracle",
-               title=f"{trace}: throughput of each policy (accepted gradients per second)")
-        ax.axhline(1.0, color="k", lw=0.8)
-    axes[-1, 0].set_xlabel("policy (decision rule)")
-    return save_figure(fig, path)
-
-
 def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
     """Throughput over sync's against the communication-to-compute ratio: a row of panels per
     trace, a panel per topology (every policy and the hindsight optimum; above 1, cutting
@@ -344,8 +326,11 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
     summary, metrics = load_runs(results_dir)
     table, decisions = load_throughput(results_dir)
-    sweep = load_comm_sweep(results_dir)
+    sweep, periods = load_comm_sweep(results_dir), load_period_sweep(results_dir)
+    overhead, seconds = load_overhead(results_dir), gradient_s(results_dir)
+    units = {trace: _time_unit(results_dir, trace) for trace in table["trace"].unique()}
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
+    from bdsgd.figures import replay  # the replay's figures, drawn in render's styles
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
@@ -355,7 +340,12 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *loss_curves(metrics, path["loss_curves"]),
         *training_cutoff(metrics, summary, path["training_cutoff"]),
         *cutoff_over_time(decisions, path["cutoff_over_time"]),
-        *throughput_bars(table, path["throughput"]),
+        *replay.throughput_bars(table, decisions, path["throughput"]),
+        *replay.throughput_over_time(decisions, units, path["throughput_over_time"]),
+        *replay.worker_time(table, path["worker_time"]),
+        *_write_csv(periods, path["period_sweep_summary"]),
+        *replay.period_sweep(periods, path["period_sweep"]),
+        *replay.decision_overhead(overhead, seconds, path["decision_overhead"]),
         *_write_csv(sweep, path["comm_sweep_summary"]),
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),

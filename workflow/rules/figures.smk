@@ -8,9 +8,11 @@ rule figures:
         runs=run_targets(),
         throughput=expand(PATHS.throughput(), trace=config["traces"]),
         comm_sweep=expand(PATHS.throughput(file="comm_sweep.csv"), trace=config["traces"]),
+        period_sweep=expand(PATHS.throughput(file="period_sweep.csv"), trace=config["traces"]),
         evaluations=expand(PATHS.model(file="evaluation.json"), trace=config["traces"]),
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
+        config=PATHS.config(),  # train.gradient_s: a normalised trace's seconds
     output:
         **figure_outputs(),
     log:
