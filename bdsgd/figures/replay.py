@@ -31,7 +31,15 @@ COLUMNS = 4  # panels per row of a small-multiples figure
 
 def _per(unit: str) -> str:
     """Throughput's unit on an axis: per second, or per unit of a normalised trace."""
-    return "accepted gradients / s" if unit == "s" else f"accepted gradients / trace unit ({unit})"
+    return "accepted gradients / s" if unit == "s" else f"accepted gradients /\ntrace unit ({unit})"
+
+
+def _nothing(path: Path, message: str) -> list[Path]:
+    """A figure that says there is nothing to draw (results of a replay that did not record it)."""
+    fig, ax = plt.subplots(figsize=(7, 2))
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    return save_figure(fig, path)
 
 
 def _cutoff_rows(table: pd.DataFrame, oracle: bool = False) -> pd.DataFrame:
@@ -192,6 +200,8 @@ def worker_time(table: pd.DataFrame, path: Path) -> list[Path]:
     """Per trace, a horizontal bar per policy (and rule) splitting the workers' time n sum_t d_t
     into applied gradients' computing, dropped gradients' and idle waiting, values written."""
     rows = _cutoff_rows(table, oracle=True).dropna(subset=["idle_fraction", "wasted_fraction"])
+    if rows.empty:
+        return _nothing(path, "no replay recorded its workers' time (idle_fraction)")
     traces = sorted(rows["trace"].unique())
     height = max(3.0, 0.32 * rows.groupby("trace").size().max() + 1.2)
     fig, axes = plt.subplots(len(traces), 1, figsize=(9, height * len(traces)), squeeze=False)
@@ -211,9 +221,10 @@ def worker_time(table: pd.DataFrame, path: Path) -> list[Path]:
         ax.set_yticks(range(len(sub)), labels, fontsize=8)
         ax.invert_yaxis()
         ax.set(xlim=(0, 1.35), xticks=np.linspace(0, 1, 6),
-               xlabel="fraction of the workers' time (n x replay duration)",
-               title=f"{trace}: where the workers' time goes")
-        ax.legend(fontsize=7, loc="lower right", ncol=3)
+               xlabel="fraction of the workers' time (n x replay duration)")
+        ax.set_title(f"{trace}: where the workers' time goes", pad=18)
+        ax.grid(axis="y", visible=False)  # no line through the written values
+        ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False)
     return save_figure(fig, path)
 
 
@@ -239,7 +250,7 @@ def period_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(traces), figsize=(5.5 * len(traces), 4), squeeze=False)
     for ax, trace in zip(axes[0], traces, strict=True):
         sub = sweep[sweep["trace"] == trace]
-        for policy, lines in sub.groupby("policy"):
+        for j, (policy, lines) in enumerate(sub.groupby("policy")):
             lines = lines.sort_values("period")
             if policy == "oracle-fixed":
                 ax.axhline(lines["relative_to_oracle"].iloc[0], ls="--", lw=1.2,
@@ -249,10 +260,12 @@ def period_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
             ax.plot(lines["period"], lines["relative_to_oracle"], marker="o", ms=4, lw=1.4,
                     label=policy, **policy_style(policy))
             for k, v in zip(lines["period"], lines["relative_to_oracle"], strict=True):
-                ax.annotate(f"{v:.3f}", (k, v), xytext=(0, 4), textcoords="offset points",
-                            ha="center", fontsize=7)
+                # each policy's values in its colour, every other policy's below its points
+                ax.annotate(f"{v:.3f}", (k, v), xytext=(0, 4 if j % 2 == 0 else -11),
+                            textcoords="offset points", ha="center", fontsize=7,
+                            color=policy_style(policy)["color"])
         periods = sorted(sub["period"].unique())
-        ax.set(xscale="log", ylim=(0, 1.1), xlabel="re-decision period k (iterations)",
+        ax.set(xscale="log", ylim=(0, 1.15), xlabel="re-decision period k (iterations)",
                ylabel="throughput / hindsight oracle", title=f"{trace}: deciding every k iterations")
         ax.set_xticks(periods, [str(k) for k in periods])
         ax.minorticks_off()
@@ -287,9 +300,11 @@ def iteration_seconds(overhead: pd.DataFrame, gradient_s: float | None) -> pd.Se
 
 
 def decision_overhead(overhead: pd.DataFrame, gradient_s: float | None, path: Path) -> list[Path]:
-    """Per trace: each policy's median decision time over its mean iteration time (bar, value
+    """Per trace: each policy's median decision time over its mean iteration time (dot, value
     written) and its 99th percentile's (tick), on a log scale."""
     overhead = overhead.assign(iteration=iteration_seconds(overhead, gradient_s))
+    if overhead.empty:
+        return _nothing(path, "no cutoff policy was replayed")
     traces = sorted(overhead["trace"].unique())
     width = max(8, 0.6 * overhead.groupby("trace").size().max() + 3)
     fig, axes = plt.subplots(len(traces), 1, figsize=(width, 3.4 * len(traces)), squeeze=False)
@@ -300,7 +315,8 @@ def decision_overhead(overhead: pd.DataFrame, gradient_s: float | None, path: Pa
         for i, row in sub.iterrows():
             if not np.isfinite(p50[i]) or p50[i] <= 0:
                 continue
-            ax.bar(i, p50[i], **_bar_style(row["policy"]))
+            # a dot, not a bar: a bar on a log axis starts at an arbitrary bottom
+            ax.plot(i, p50[i], marker="o", ms=7, color=policy_style(row["policy"])["color"])
             ax.plot([i, i], [p50[i], p99[i]], color="k", lw=0.8)
             ax.plot(i, p99[i], marker="_", color="k", ms=8)
             ax.annotate(f"{p50[i]:.1e}", (i, p99[i]), xytext=(0, 3), textcoords="offset points",
@@ -312,8 +328,8 @@ def decision_overhead(overhead: pd.DataFrame, gradient_s: float | None, path: Pa
                  f"median run-time = train.gradient_s = {gradient_s} s" if gradient_s else
                  "no gradient time: not drawn")
         ax.set(yscale="log", ylabel="decision time / iteration time",
-               title=f"{trace} (n = {n}): decision time per iteration, median (bar) and 99th "
-                     f"percentile (tick); {basis}")
+               title=f"{trace} (n = {n}): decision time per iteration, median (dot) and 99th "
+                     f"percentile (tick)\n{basis}")
         ax.margins(y=0.3)
     return save_figure(fig, path)
 
