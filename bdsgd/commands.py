@@ -86,7 +86,7 @@ def cmd_traces_plot(args):
 
     check_output("--out", args.out, folder=True, inputs=(args.trace,))
     name = args.name or Path(args.trace).stem
-    for path in draw_trace_figures(read_trace(args.trace), name, Path(args.out)):
+    for path in draw_trace_figures(read_trace(args.trace), name, Path(args.out), args.note):
         print(f"wrote {path}")
 
 
@@ -101,6 +101,18 @@ def cmd_traces_split(args):
                               read_truth(sidecar) if sidecar.exists() else None, args.trace)
     print(f"split {args.trace}: {train.n_iterations} iterations -> {args.train}, "
           f"{test.n_iterations} -> {args.test}")
+
+
+def cmd_traces_censor(args):
+    from bdsgd.policies.baselines import Static
+    from bdsgd.traces.io import read_trace, write_trace
+
+    check_output("--out", args.out, inputs=(args.trace,))
+    trace = read_trace(args.trace)
+    trace = trace.cut_at(Static(trace.n_workers, args.backups).c)
+    write_trace(trace, args.out)
+    print(f"censored {args.trace}: {int(trace.censored.sum())} of {trace.censored.size} "
+          f"run-times -> {args.out}")
 
 
 def cmd_model_train(args):
@@ -118,6 +130,8 @@ def cmd_model_train(args):
     mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
     if args.paper:  # Teng & Wood's model (bdsgd-paper's)
         mcfg = replace(mcfg, **PAPER_MODEL)
+    if args.censoring:
+        mcfg = replace(mcfg, censoring=args.censoring)
     seed = cfg.seed if args.seed is None else args.seed
     train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
                 trace_name=args.trace_name or Path(args.trace).stem)
@@ -170,7 +184,7 @@ def cmd_throughput(args):
                   comm_s=args.comm_s, json_out=args.json,
                   decisions_out=args.decisions, cfg=cfg, seed=args.seed,
                   history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep,
-                  period_out=args.period_sweep)
+                  late=args.late, period_out=args.period_sweep)
 
 
 def cmd_train(args):

@@ -91,7 +91,8 @@ def _describe(trace: Trace, path: str, net: Network, late: str, oracle_rate: flo
 def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
                   seed: int | None = None, history_path=None, threads: int | None = None,
-                  sweep_out=None, paper_model_path=None, period_out=None) -> dict:
+                  sweep_out=None, paper_model_path=None, late: str | None = None,
+                  period_out=None) -> dict:
     """Replay ``trace_path`` under every policy; write the table (JSON), the decisions (Parquet),
     given ``sweep_out`` the communication sweep (CSV, ``comm_sweep``) and given ``period_out``
     the re-decision period sweep (CSV, ``period_sweep``).
@@ -101,7 +102,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     iterations of the same run before the replayed ones (the training part), which every policy
     that learns from observations sees first (``warm_up``); without it they all start cold.
     ``threads``: torch's CPU threads for the replay, the process's restored after (None: the
-    config's ``resources.throughput_threads``). ``comm_s`` None: the config's.
+    config's ``resources.throughput_threads``). ``comm_s`` and ``late`` (what the workers a
+    cutoff leaves out do) None: the config's.
     """
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
@@ -117,7 +119,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         raise UserError("--rule", rule, f"choose from {RULES} or 'both'")
     default_rule = pcfg.rule if rule in (None, "both") else rule
     net = replay_network(resolved, comm_s)
-    late = resolved.network.late
+    late = resolved.network.late if late is None else late
     seed = resolved.seed if seed is None else seed
     threads = resolved.resources.throughput_threads if threads is None else threads
     if threads < 1:
@@ -276,7 +278,9 @@ def rule_of(name: str, rule: str) -> str | None:
 
 def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], default_rule: str,
                rule: str | None) -> pa.Table:
-    """Long table (policy, iteration, cutoff, duration_s, cutoff_time_s), one row per decision."""
+    """Long table (policy, iteration, cutoff, duration_s, cutoff_time_s, forecast_s, realised_s),
+    one row per decision: forecast_s is what a predictive policy expected x_(c_t) to be when it
+    chose (NaN for the others), realised_s the trace row's x_(c_t)."""
     replays = []
     for name in table:
         if name == "async":
@@ -293,6 +297,8 @@ def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], defau
         "duration_s": pa.array(np.concatenate([r.durations for _, r in replays]), pa.float64()),
         "cutoff_time_s": pa.array(np.concatenate([r.cutoff_times for _, r in replays]),
                                   pa.float64()),
+        "forecast_s": pa.array(np.concatenate([r.forecast_s for _, r in replays]), pa.float64()),
+        "realised_s": pa.array(np.concatenate([r.realised_s for _, r in replays]), pa.float64()),
     })
 
 

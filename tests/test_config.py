@@ -7,6 +7,7 @@ import yaml
 from bdsgd import config as C
 from bdsgd import stages as S
 from bdsgd.errors import UserError
+from bdsgd.schema import SCHEMA_PATH
 from tests.helpers import REPO, tiny_config
 
 SECTIONS = {
@@ -18,7 +19,7 @@ SECTIONS = {
 
 def test_schema_and_dataclasses_agree():
     """Every schema key has a typed field and every field a schema key (no silent drift)."""
-    schema = yaml.safe_load(C.SCHEMA_PATH.read_text())
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
     top = {f.name for f in dataclasses.fields(C.Config)} - {"source"}
     assert top == set(schema["properties"])
     pairs = [(cls, schema["properties"][name]) for name, cls in SECTIONS.items()]
@@ -37,7 +38,7 @@ def test_schema_policy_names_are_the_registrys():
     from bdsgd.policies import NAMES, backups_of, spec
     from bdsgd.schedules import MODES
 
-    defs = yaml.safe_load(C.SCHEMA_PATH.read_text())["$defs"]
+    defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
     (trained_names, sweep), (replayed_names, replayed_sweep) = (
         defs[key]["anyOf"] for key in ("policy", "replayed_policy"))
     trained = set(trained_names["enum"])
@@ -52,7 +53,7 @@ def test_schema_policy_names_are_the_registrys():
 
 
 def test_workflow_schema_is_the_package_schema():
-    assert (REPO / "workflow/schemas/config.schema.yaml").resolve() == C.SCHEMA_PATH.resolve()
+    assert (REPO / "workflow/schemas/config.schema.yaml").resolve() == SCHEMA_PATH.resolve()
 
 
 @pytest.mark.parametrize("name", ["smoke.yaml", "paper.yaml"])

@@ -1,5 +1,7 @@
 """bdsgd figures on a small hand-made results folder: every file in every format, one fixed colour
-per policy, the time-to-target interval, old runs without staleness, byte-identical tables."""
+and line style per policy, small multiples of integer cutoffs, replayed iterations counted from 0,
+the time-to-target interval, the measured answers, the figure note, old runs without staleness,
+byte-identical tables."""
 
 from __future__ import annotations
 
@@ -10,22 +12,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bdsgd import plotting
+from bdsgd.errors import UserError
 from bdsgd.figures import (
     FALLBACK_COLOURS,
     FIGURES,
     POLICY_COLOURS,
+    POLICY_DASHES,
     figure_files,
+    inputs,
     render,
     replay,
 )
 from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_overhead, load_period_sweep
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
 from bdsgd.figures.stats import block_ratio_interval, median_interval, time_to_target_stats
+from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
 from bdsgd.schedules import MODES
 
 REPO = Path(__file__).resolve().parents[1]
-N_WORKERS, ROWS, EVAL_EVERY, TARGET = 4, 30, 5, 0.5
+N_WORKERS, ROWS, EVAL_EVERY, TARGET, DECISIONS = 4, 30, 5, 0.5, 40
 # (policy, seed, iteration at which the run reaches the target or None, staleness columns?)
 RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
        [("async", s, [10, None][s], True) for s in range(2)] + \
@@ -90,9 +97,10 @@ def results(tmp_path_factory) -> Path:
                "decision_ms_p99": 0.03 * (i + 1), "mean_iteration_s": 1.5}
         for i, (name, rule) in enumerate(policies.items())},
         "trace": {"n_workers": N_WORKERS, "runtime_median": 1.0, "time_unit": "s"}}))
-    pd.DataFrame([{"policy": p, "iteration": t, "cutoff": 1 + (t + i) % N_WORKERS,
+    # a sampled recorded trace's iteration ids: from 500, every third
+    pd.DataFrame([{"policy": p, "iteration": 500 + 3 * t, "cutoff": 1 + (t + i) % N_WORKERS,
                    "duration_s": 1.0 + 0.1 * ((t + i) % N_WORKERS) + 0.01 * (t % 7)}
-                  for i, p in enumerate(policies) for t in range(40)]).to_parquet(
+                  for i, p in enumerate(policies) for t in range(DECISIONS)]).to_parquet(
         results / "throughput/sim/decisions.parquet")
     pd.DataFrame([{"period": k, "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.95 if p == "oracle-fixed" else 0.97 - 0.001 * k,
@@ -104,9 +112,10 @@ def results(tmp_path_factory) -> Path:
                   for ratio in (0.1, 1.0) for topology in ("ps", "sharded", "ring")
                   for p in ("sync", "bdsgd", "oracle")]).to_csv(
         results / "throughput/sim/comm_sweep.csv", index=False)
-    pd.DataFrame([{"order": c, "iteration": t, "predicted_mean": 1.0 + c, "lo90": 0.5 + c,
-                   "hi90": 1.5 + c, "realised": 1.0 + c + 0.1 * t % 1}
-                  for c in (2, 4) for t in range(20)]).to_parquet(
+    # realised inside the 90% interval but on every fourth iteration
+    pd.DataFrame([{"order": c, "iteration": 100 + t, "predicted_mean": 1.0 + c, "lo90": 0.5 + c,
+                   "hi90": 1.5 + c, "realised": 1.0 + c + (1.0 if t % 4 == 0 else 0.1)}
+                  for c in range(1, N_WORKERS + 1) for t in range(20)]).to_parquet(
         results / "models/sim/predictions.parquet")
     for run in RUNS:
         _write_run(results, *run)
@@ -149,7 +158,7 @@ def test_figure_files_lists_a_pdf_beside_every_png():
     assert figure_files("loss_curves.png") == ["loss_curves.png", "loss_curves.pdf"]
     for name, (file, caption, _) in FIGURES.items():
         assert (REPO / "workflow/report" / caption).is_file(), name
-        assert file.endswith((".csv", ".png")), name
+        assert file.endswith((".csv", ".png", ".rst")), name
 
 
 def test_summary_columns_only_appended(rendered):
@@ -172,38 +181,237 @@ def test_old_runs_without_staleness_read_as_unavailable(results):
     assert (metrics.loc[metrics["policy"] == "async", "staleness"] == 1.5).all()
 
 
-# ----------------------------------------------------------------------------- colours
-def test_every_policy_and_mode_has_its_own_fixed_colour():
+# ----------------------------------------------------------------------------- styles
+# Okabe & Ito's colour-blind-safe palette, and the grey of the fixed baselines
+OKABE_ITO = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00",
+             "#CC79A7", "#999999"}
+
+
+def test_every_policy_and_mode_has_its_own_fixed_style():
     names = (*NAMES, *MODES)
     assert set(POLICY_COLOURS) == set(names)
-    assert len(set(POLICY_COLOURS.values())) == len(POLICY_COLOURS)  # no two alike
+    assert set(POLICY_COLOURS.values()) <= OKABE_ITO
+    assert set(POLICY_DASHES) <= set(names)
+    styles = [tuple(policy_style(name).values()) for name in names]
+    assert len(set(styles)) == len(names)  # no two alike in both colour and line style
     for name in names:
-        assert policy_style(name) == {"color": POLICY_COLOURS[name], "ls": "-"}
-    # explore-<p>: p's colour, dashed; a name not in the table: the same fallback every time
-    assert policy_style("explore-bdsgd") == {"color": POLICY_COLOURS["bdsgd"], "ls": "--"}
+        assert policy_style(name) == {"color": POLICY_COLOURS[name],
+                                      "ls": POLICY_DASHES.get(name, "-")}
+    # explore-<p>: p's colour, dash-dotted (no listed policy is); a name not in the table: the
+    # same fallback every time
+    assert policy_style("explore-bdsgd") == {"color": POLICY_COLOURS["bdsgd"], "ls": "-."}
+    assert "-." not in POLICY_DASHES.values()
     assert policy_colour("new-policy") in FALLBACK_COLOURS
     assert policy_colour("new-policy") == policy_colour("new-policy")
+    # a family sharing a colour tells apart in bars too
+    hatches = {render._bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
+                                                        "explore-bdsgd")}
+    assert len(hatches) == 4
 
 
-def test_figures_draw_each_policy_in_its_colour(results, tmp_path, monkeypatch):
-    figures = []
-    monkeypatch.setattr(render, "save_figure", lambda fig, path: figures.append(fig) or [path])
+@pytest.fixture(scope="module")
+def drawn(results):
+    """Every figure this module inspects, drawn and kept open: name -> figure."""
+    figures = {}
+    saved = []
     summary, metrics = render.load_runs(results)
-    render.time_to_accuracy(metrics, summary, tmp_path / "t.png")
-    render.loss_curves(metrics, tmp_path / "l.png")
-    render.training_cutoff(metrics, summary, tmp_path / "c.png")
-    drawn = {}
-    for fig in figures:
-        for ax in fig.axes:
-            for line in ax.get_lines():
-                if not line.get_label().startswith(("_", "target")):
-                    drawn.setdefault(line.get_label(), set()).add(line.get_color())
-    assert drawn == {p: {policy_colour(p)} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
-    # the cutoff figure has the cutoff policies only
-    cutoff_labels = {line.get_label() for line in figures[2].axes[0].get_lines()}
-    assert not cutoff_labels & set(MODES)
-    for fig in figures:
+    _, decisions = render.load_throughput(results)
+    predictions = inputs.load_predictions(results)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "save_figure", lambda fig, path: saved.append(fig) or [path])
+        for name, draw in (
+                ("time_to_accuracy", lambda p: render.time_to_accuracy(metrics, summary, p)),
+                ("loss_curves", lambda p: render.loss_curves(metrics, p)),
+                ("training_cutoff", lambda p: render.training_cutoff(metrics, summary, p)),
+                ("cutoff_over_time", lambda p: render.cutoff_over_time(decisions, p)),
+                ("model_predictions", lambda p: render.model_predictions(results, p, predictions))):
+            draw(Path(f"{name}.png"))
+            figures[name] = saved[-1]
+    yield figures
+    for fig in figures.values():
         render.plt.close(fig)
+
+
+def _labelled_lines(fig) -> dict[str, set]:
+    drawn = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith(("_", "target")):
+                drawn.setdefault(line.get_label(), set()).add((line.get_color(), line.get_linestyle()))
+    return drawn
+
+
+def test_curves_draw_each_policy_in_its_style_with_one_legend_below(drawn):
+    expected = {p: {(policy_colour(p), {"-": "-", "--": "--", ":": ":", "-.": "-."}[
+        policy_style(p)["ls"]])} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
+    for name in ("time_to_accuracy", "loss_curves"):
+        fig = drawn[name]
+        assert _labelled_lines(fig) == expected, name
+        # one legend, the figure's, outside the panels: one entry per policy (and the target)
+        assert not any(ax.get_legend() for ax in fig.axes), name
+        (legend,) = fig.legends
+        labels = [t.get_text() for t in legend.get_texts()]
+        assert set(expected) <= set(labels) and len(labels) == len(set(labels)), name
+        for ax in fig.axes:
+            assert ax.get_xlabel() and ax.get_ylabel(), (name, ax.get_title())
+
+
+def test_time_to_accuracy_states_its_interval_and_unit(drawn):
+    fig = drawn["time_to_accuracy"]
+    curves, bars = fig.axes[0], fig.axes[1]
+    assert curves.get_xlabel() == "virtual wall-clock time (s)"
+    assert "band: min to max over seeds" in curves.get_title()
+    # min to max of m seeds covers the median with probability 1 - 2^(1-m): 50% at bdsgd's 2,
+    # 0% (a point) at explore-bdsgd's 1 beside sync's 3
+    assert bars.get_title().endswith("distribution-free interval for the median\n"
+                                     "(min to max, covers it with probability >= 50% at 2 seeds)")
+    assert fig.axes[3].get_title().endswith("(min to max, covers it with probability >= 0% at "
+                                            "1-3 seeds)")
+    assert bars.get_ylabel() == "virtual time to target (s)"
+
+
+def test_loss_curves_count_iterations_from_0(drawn):
+    it_ax = drawn["loss_curves"].axes[0]
+    assert it_ax.get_xlabel().startswith("training iteration, from 0")
+    assert min(line.get_xdata().min() for line in it_ax.get_lines()
+               if not line.get_label().startswith("_")) == 0
+    assert "rolling mean" in it_ax.get_ylabel()
+
+
+def _panels(fig) -> dict[str, object]:
+    """The shown panels of a small-multiples figure by title's first line."""
+    return {ax.get_title().split("\n")[0]: ax for ax in fig.axes if ax.get_visible()}
+
+
+def test_cutoff_over_time_one_panel_per_policy_of_integer_steps(drawn):
+    panels = _panels(drawn["cutoff_over_time"])
+    # the default rule only (no bdsgd/ratio), oracle and sync included
+    assert set(panels) == {f"sim: {p}" for p in ("sync", "static", "bdsgd", "oracle",
+                                                   "explore-bdsgd")}
+    for title, ax in panels.items():
+        (line,) = ax.get_lines()
+        assert line.get_color() == policy_colour(title.split(": ")[1])
+        assert line.get_drawstyle() == "steps-post"  # the integer cutoff, unsmoothed
+        x, y = line.get_xdata(), line.get_ydata()
+        assert list(x) == list(range(DECISIONS))  # iteration ids 500, 503, ... counted from 0
+        assert np.array_equal(y, np.round(y)) and set(y) == set(range(1, N_WORKERS + 1))
+        assert ax.get_ylim() == (0.5, N_WORKERS + 0.5)  # one range 1..n in every panel
+        assert all(float(t).is_integer() for t in ax.get_yticks())
+        # the fixture's cutoffs change every iteration, over 1..4
+        assert ax.get_title().split("\n")[1] == "c 1-4, changes 100%"
+    assert {ax.get_xlabel() for ax in panels.values()} >= {"replayed iteration, from 0"}
+    assert {ax.get_ylabel() for ax in panels.values()} >= {"cutoff c"}
+
+
+def test_training_cutoff_one_panel_per_policy_with_every_seed(drawn):
+    panels = _panels(drawn["training_cutoff"])
+    cutoff_policies = {p for p, _, _, _ in RUNS if p not in MODES}
+    # the old runs without a trace (bdsgd) and those on sim; no training mode
+    assert set(panels) == {"digits: bdsgd", "digits on sim: sync", "digits on sim: explore-bdsgd"}
+    assert {t.split(": ")[1] for t in panels} == cutoff_policies
+    for title, ax in panels.items():
+        policy = title.split(": ")[1]
+        seeds = {s for p, s, _, _ in RUNS if p == policy}
+        lines = ax.get_lines()
+        assert {line.get_label() for line in lines} == {f"seed {s}" for s in seeds}
+        assert {line.get_color() for line in lines} == {policy_colour(policy)}
+        for line in lines:
+            assert line.get_drawstyle() == "steps-post" and line.get_xdata()[0] == 0
+        low, high = ax.get_ylim()
+        assert low > 0 and high == N_WORKERS + 0.5  # fitted to the cutoffs, not from 0
+    # bdsgd alternates 2, 3 in both seeds; sync waits for all 4
+    assert panels["digits: bdsgd"].get_title().split("\n")[1] == "c 2-3, changes 100%"
+    assert panels["digits on sim: sync"].get_title().split("\n")[1] == "c 4, changes 0%"
+
+
+def test_model_predictions_show_the_orders_the_decision_reads(drawn):
+    (ax,) = drawn["model_predictions"].axes
+    labels = [line.get_label() for line in ax.get_lines()]
+    # n = 4 workers: the orders n-2, n-1, n
+    assert labels == [f"c = {name} = {c}: predicted E[x_(c)], band 90% interval"
+                      for name, c in (("n-2", 2), ("n-1", 3), ("n", 4))]
+    assert all(line.get_xdata()[0] == 0 for line in ax.get_lines())  # ids from 100: from 0
+    assert ax.get_xlabel() == "replayed iteration, from 0" and ax.get_ylabel() == "run-time (s)"
+    # realised inside the band but on every fourth iteration
+    assert "75% inside the band" in ax.get_legend().get_texts()[1].get_text()
+
+
+def test_shown_orders_and_unit_labels():
+    assert render.shown_orders([1, 2, 3, 4, 5, 6, 7, 8]) == [6, 7, 8]
+    assert render.shown_orders([2, 4]) == [2, 4]
+    assert unit_label("s") == "s"
+    # a unit that states a range its values may leave names no range
+    assert unit_label("normalised 0-1000") == "normalised units"
+
+
+# ----------------------------------------------------------------------------- answers
+def test_answers_state_what_was_measured(results):
+    summary, metrics = render.load_runs(results)
+    _, decisions = render.load_throughput(results)
+    predictions = inputs.load_predictions(results)
+    # bdsgd's seeds reach 0.5 at iteration 15 at 1.0 and 1.1 s an iteration: median 15.75;
+    # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
+    # explore-bdsgd's one seed at 25 s; async's second seed never does
+    assert render.time_to_accuracy_answer(summary) == (
+        "On digits, bdsgd reaches the target first (median 15.8 over 2 seeds). On digits on "
+        "sim, explore-bdsgd reaches the target first (median 25 over 1 seed; sync 40).")
+    assert render.cutoff_over_time_answer(decisions) == (
+        "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
+        "oracle changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5) of n = 4.")
+    assert render.training_cutoff_answer(metrics) == (
+        "During training on digits, bdsgd's cutoff ranges 2-3 (mean 2.5) and changes on 100% "
+        "of iterations (mean over 2 seeds).")
+    assert render.model_predictions_answer(predictions) == (
+        "On sim, the realised x_(c) fell inside the 90% prediction interval on 75% of held-out "
+        "iterations for c = 2..4 (c = 2: 75%, c = 3: 75%, c = 4: 75%).")
+
+
+def test_cutoff_changes_by_hand():
+    assert render.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
+        "changes": 0.5, "low": 7, "high": 8, "mean": 7.6}
+    assert render.cutoff_changes(np.array([5]))["changes"] == 0.0
+
+
+# ----------------------------------------------------------------------------- units, note
+def test_virtual_time_unit_follows_the_clock(tmp_path):
+    """Under clock scaled the virtual time is seconds; under recorded it is the trace's unit."""
+    result = tmp_path / "result.json"
+    for clock, meta, unit in (("scaled", {"time_unit": "normalised 0-1000"}, "s"),
+                              ("recorded", {"time_unit": "normalised 0-1000"}, "normalised 0-1000"),
+                              ("recorded", {}, "s")):
+        result.write_text(json.dumps({"clock": {"clock": clock}, "trace_meta": meta}))
+        assert inputs.virtual_time_unit(result) == unit
+    result.write_text(json.dumps({"summary": {}}))  # a run without a clock record: recorded
+    assert inputs.virtual_time_unit(result) == "s"
+
+
+def test_replayed_step_counts_from_0():
+    ids = pd.Series([1510, 1501, 1520, 1501, 1510])
+    assert inputs.replayed_step(ids).tolist() == [1, 0, 2, 0, 1]
+
+
+def test_figure_note_is_read_from_the_results_and_printed_under_every_figure(results, tmp_path,
+                                                                             monkeypatch):
+    assert inputs.load_note(results) is None  # no config.yaml: no note
+    (tmp_path / "config.yaml").write_text("experiment: x\nfigure_note: smoke scale\n")
+    assert inputs.load_note(tmp_path) == "smoke scale"
+    (tmp_path / "config.yaml").write_text("experiment: x\nfigure_note: 3\n")
+    with pytest.raises(UserError, match="figure_note"):
+        inputs.load_note(tmp_path)
+    # render_all draws every figure inside the note's block
+    (tmp_path / "config.yaml").write_text("figure_note: smoke scale\n")
+    seen = []
+    monkeypatch.setattr(render, "_render_all", lambda *_: seen.append(plotting._NOTE.get()))
+    render_all(tmp_path, tmp_path / "out")
+    assert seen == ["smoke scale"]
+    # a figure saved in the block has the note under it; outside, none
+    for note, texts in (("smoke scale", ["smoke scale"]), (None, [])):
+        fig, ax = render.plt.subplots()
+        ax.plot([0, 1])
+        with figure_note(note):
+            save_figure(fig, tmp_path / "f.png")
+        assert [t.get_text() for t in fig.texts] == texts
+        assert (tmp_path / "f.pdf").is_file()
 
 
 # ----------------------------------------------------------------------------- intervals

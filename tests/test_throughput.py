@@ -69,7 +69,7 @@ def test_benchmark_table_decisions_and_determinism(tmp_path, caplog):
 
     decisions = pq.read_table(tmp_path / "d0.parquet").to_pandas()
     assert list(decisions.columns) == ["policy", "iteration", "cutoff", "duration_s",
-                                       "cutoff_time_s"]
+                                       "cutoff_time_s", "forecast_s", "realised_s"]
     sync = decisions[decisions.policy == "sync"]
     np.testing.assert_allclose(sync.duration_s, x.max(axis=1) + 0.1)
     assert set(decisions.policy) == set(table) - {"async"}

@@ -10,10 +10,10 @@ import pandas as pd
 
 from bdsgd.config import SimulateConfig
 from bdsgd.figures.render import _time_unit
-from bdsgd.plotting import DPI, figure_files
+from bdsgd.plotting import DPI, figure_files, unit_label
 from bdsgd.traces import TRACE_FIGURES
 from bdsgd.traces.io import write_trace
-from bdsgd.traces.plots import PAI_COV_QUANTILES, draw_trace_figures
+from bdsgd.traces.plots import PAI_COV_QUANTILES, draw_trace_figures, heatmap_range
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import simulate
 
@@ -83,3 +83,53 @@ def test_model_predictions_axis_takes_the_trace_unit(tmp_path):
                 tmp_path / "traces" / "pai" / "test.parquet")
     assert _time_unit(tmp_path, "pai") == "normalised 0-1000"
     assert _time_unit(tmp_path, "absent") == "s"
+    # the axis names the unit, not the range its values may exceed
+    assert unit_label(_time_unit(tmp_path, "pai")) == "normalised units"
+
+
+def test_heatmap_range_clips_visibly():
+    """The colour range is the 0.5-99.9th percentiles; the ends it clips are the colour bar's
+    arrows."""
+    x = np.ones((100, 10))
+    assert heatmap_range(x)[2] == "neither"
+    x[3, 4] = 40.0  # one straggler, far beyond the 99.9th percentile
+    lo, hi, extend = heatmap_range(x)
+    assert (lo, extend) == (1.0, "max") and hi < 40.0
+    x[5, 5] = 0.01
+    assert heatmap_range(x)[2] == "both"
+
+
+def test_heatmap_shows_the_clip_and_the_true_maximum(tmp_path, monkeypatch):
+    from bdsgd.traces import plots
+
+    x = np.ones((200, 6)) + np.arange(6) / 10
+    x[50, 2] = 42.7
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or [path])
+    draw_trace_figures(from_arrays(x, {"source": "t"}), "t", tmp_path)
+    heatmap = figures[1]
+    image = heatmap.axes[0].images[0]
+    assert image.colorbar.extend == "max"
+    assert image.norm.vmax < 42.7  # clipped ...
+    assert tuple(image.cmap.get_over()) != tuple(image.cmap(1.0))  # ... in a colour of its own
+    assert image.colorbar.ax.get_title() == "max\n42.7"  # the true maximum on the bar
+    assert "blue above" in heatmap.axes[0].get_title() and "(max 42.7)" in heatmap.axes[0].get_title()
+    assert image.colorbar.ax.get_ylabel() == "run-time (s)"
+    for fig in figures:
+        plots.plt.close(fig)
+
+
+def test_trace_figures_carry_the_note(tmp_path, monkeypatch):
+    """bdsgd traces plot --note prints it under each of the three figures."""
+    from bdsgd import cli
+    from bdsgd.traces import plots
+
+    trace, _ = simulate(SimulateConfig(scenario="calm", workers=4, iterations=30), 0)
+    write_trace(trace, tmp_path / "t.parquet")
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or real(fig, path))
+    assert cli.main(["traces", "plot", str(tmp_path / "t.parquet"), "--out", str(tmp_path / "f"),
+                     "--note", "smoke scale"]) == 0
+    assert [fig.texts[-1].get_text() for fig in figures] == ["smoke scale"] * 3
+    assert len(list((tmp_path / "f").iterdir())) == 6

@@ -10,10 +10,12 @@ library.
 
 from bdsgd.plotting import FIGURE_FORMATS, figure_files
 
-__all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "FALLBACK_COLOURS",
-           "EXPLORE_PREFIX"]
+__all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLICY_DASHES",
+           "FALLBACK_COLOURS", "EXPLORE_PREFIX"]
 
 FIGURES = {
+    "reviewers": ("reviewers.csv", "reviewers.rst", "Reviewer questions"),
+    "answers": ("answers.rst", "answers.rst", "Reviewer questions"),
     "summary": ("summary.csv", "summary.rst", "Tables"),
     "throughput_summary": ("throughput_summary.csv", "throughput_summary.rst", "Tables"),
     "time_to_accuracy": ("time_to_accuracy.png", "time_to_accuracy.rst", "Convergence"),
@@ -28,31 +30,42 @@ FIGURES = {
     "decision_overhead": ("decision_overhead.png", "decision_overhead.rst", "Policies"),
     "comm_sweep_summary": ("comm_sweep.csv", "comm_sweep_summary.rst", "Tables"),
     "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
+    "censoring": ("censoring.png", "censoring.rst", "Policies"),
+    "data_value": ("data_value.png", "data_value.rst", "Policies"),
+    "replay_ablations": ("replay_ablations.csv", "replay_ablations.rst", "Tables"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
 }
 
 
-# One fixed colour per policy (and per training mode that is no cutoff policy), the same in
-# every figure. explore-<p> is drawn in p's colour with a dashed line (hatched bar); a name not
-# listed here gets one of FALLBACK_COLOURS, picked from its letters (render.policy_style).
+# One fixed colour and line style per policy (and per training mode that is no cutoff policy),
+# the same in every figure; no two alike in both, so that policies with identical decisions
+# still tell apart. Colours: Okabe & Ito's colour-blind-safe palette (its yellow left out: too
+# pale on white) and a grey; a family of policies shares a colour and differs in line style
+# (POLICY_DASHES; bars: a hatch). explore-<p> is drawn as p with "x" markers (bars: "xx"); a
+# name not listed here gets one of FALLBACK_COLOURS (Tol's muted palette), picked from its
+# letters (render.policy_style).
 POLICY_COLOURS = {
-    "sync": "#7f7f7f",  # grey: the baseline everything is compared with
-    "static": "#8c564b",
-    "elfving": "#bcbd22",
-    "ecdf": "#17becf",
-    "bandit": "#9467bd",
-    "ewma": "#b8860b",  # the per-worker simple baselines: dark goldenrod, teal green
-    "persist": "#1b9e77",
-    "bdsgd": "#d62728",  # red: the method of the paper
-    "bdsgd-model": "#ff9896",  # light red: the run-time model alone, without the averaging
-    "bdsgd-paper": "#8b0000",  # dark red: Teng & Wood's own (their model, ratio rule, no margin)
-    "bayes": "#e377c2",
+    "sync": "#999999",  # grey: the fixed baselines everything is compared with
+    "static": "#999999",
+    "elfving": "#0072B2",  # blue
+    "ecdf": "#56B4E9",  # sky blue
+    "bandit": "#E69F00",  # orange
+    "ewma": "#009E73",  # bluish green: the per-worker simple baselines
+    "persist": "#009E73",
+    "bdsgd": "#D55E00",  # vermilion: the method of the paper and its variants
+    "bdsgd-model": "#D55E00",  # the run-time model alone, without the averaging
+    "bdsgd-paper": "#D55E00",  # Teng & Wood's own (their model, ratio rule, no margin)
+    "bayes": "#CC79A7",  # reddish purple
     "oracle": "#000000",  # black: the hindsight references
-    "oracle-myopic": "#2ca02c",
-    "oracle-fixed": "#525252",  # dark grey: the best single cutoff in hindsight
-    "async": "#1f77b4",
-    "cyclic": "#ff7f0e",
+    "oracle-myopic": "#000000",
+    "oracle-fixed": "#000000",  # the best single cutoff in hindsight
+    "async": "#56B4E9",  # the training modes, dashed
+    "cyclic": "#E69F00",
 }
-FALLBACK_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+# The line style of a policy that is not solid: the second (dashed) and third (dotted) of a
+# colour.
+POLICY_DASHES = {"static": "--", "persist": "--", "bdsgd-model": "--", "bdsgd-paper": ":",
+                 "oracle-myopic": "--", "oracle-fixed": ":", "async": "--", "cyclic": "--"}
+FALLBACK_COLOURS = ("#332288", "#117733", "#44AA99", "#882255", "#999933", "#AA4499")
 EXPLORE_PREFIX = "explore-"

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from bdsgd.config import CENSORING, LATE
 from bdsgd.errors import UserError
 from bdsgd.layout import ANY, Layout
 from bdsgd.traces.io import META_KEY
@@ -36,6 +37,7 @@ OPTIONAL_METRICS = ("gradients", "staleness")
 # What the figures draw from each kind of table.
 METRICS = ("iteration", "virtual_time_s", "cutoff", "train_loss", "test_accuracy")
 DECISIONS = ("policy", "iteration", "cutoff", "duration_s")
+ABLATED = ("forecast_s", "realised_s")  # and, of an ablation's decisions
 PERIOD_SWEEP_COLUMNS = ["trace", "period", "policy", "gradients_per_s", "relative_to_oracle",
                         "mean_cutoff"]
 # Per policy and trace: the decision latencies (wall-clock, kept out of the tables), the
@@ -82,6 +84,48 @@ def read_parquet(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
+def replayed_step(iterations: pd.Series) -> pd.Series:
+    """Each row's iteration counted from 0 within the replayed (test) part: the rank of its
+    iteration id among the part's (a recorded trace's ids start where the training part ends,
+    and a sampled one's skip), so that every figure counts the replayed iterations alike."""
+    return (iterations.rank(method="dense") - 1).astype(int)
+
+
+def virtual_time_unit(path: Path) -> str:
+    """The unit of a run's virtual time (result.json's clock and trace_meta): seconds under
+    train.clock scaled (the trace's run-times times seconds per unit), the trace's own unit
+    under recorded (its run-times read as they are: seconds only for a trace in seconds)."""
+    data = json.loads(path.read_text())  # read and checked by _summary already
+    clock = data.get("clock") if isinstance(data.get("clock"), dict) else {}
+    meta = data.get("trace_meta") if isinstance(data.get("trace_meta"), dict) else {}
+    if clock.get("clock", "recorded") == "scaled":
+        return "s"
+    return str(meta.get("time_unit", "s"))
+
+
+def _config(results_dir: Path) -> dict:
+    """The experiment's config as the workflow records it (results/<experiment>/config.yaml);
+    empty where there is none."""
+    path = Path(Layout(str(results_dir)).config())
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(str(path), "-", f"damaged: not valid YAML ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def load_note(results_dir: Path) -> str | None:
+    """The experiment's figure_note (results/<experiment>/config.yaml, the whole config as the
+    workflow records it): the line printed under every figure; None without one."""
+    path, data = Path(Layout(str(results_dir)).config()), _config(results_dir)
+    note = data.get("figure_note")
+    if note is not None and not isinstance(note, str):
+        raise UserError(str(path), "figure_note", f"not a string: {note!r}")
+    return note or None
+
+
 def _summary(path: Path) -> dict:
     """A run's result.json summary, its identifying fields and target checked."""
     summary = read_json(path, "summary")
@@ -96,7 +140,8 @@ def _summary(path: Path) -> dict:
 
 def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary: one row per run, metrics: every row of every run, with task, trace, policy,
-    seed). A run whose result names no trace has trace ""."""
+    seed and its virtual time's unit, ``time_unit``). A run whose result names no trace has
+    trace ""."""
     rows, metrics = [], []
     layout = Layout(str(results_dir))
     # and those of a results folder written before runs had a trace (runs/<task>/<policy>/seed<k>)
@@ -109,15 +154,17 @@ def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         for column in OPTIONAL_METRICS:
             if column not in run:
                 run[column] = np.nan
-        metrics.append(run.assign(**{k: summary[k] for k in ("task", "trace", "policy", "seed")}))
+        metrics.append(run.assign(**{k: summary[k] for k in ("task", "trace", "policy", "seed")},
+                                  time_unit=virtual_time_unit(result)))
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     summary = summary.sort_values(["task", "trace", "policy", "seed"]).reset_index(drop=True)
     return summary, pd.concat(metrics, ignore_index=True)
 
 
 def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per trace x policy x rule, per-iteration decisions of every trace: each
-    throughput.json needs its decisions.parquet beside it)."""
+    """(one row per trace x policy x rule, per-iteration decisions of every trace, with the
+    iteration counted from 0 in ``step``: each throughput.json needs its decisions.parquet
+    beside it)."""
     rows, decisions = [], []
     layout = Layout(str(results_dir))
     for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
@@ -129,7 +176,8 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                          "rule": entry.get("rule") or "", **{
                              k: entry.get(k) for k in THROUGHPUT_COLUMNS[3:]}})
         dec = Path(layout.throughput(trace, "decisions.parquet"))
-        decisions.append(read_parquet(dec, DECISIONS).assign(trace=trace))
+        frame = read_parquet(dec, DECISIONS)
+        decisions.append(frame.assign(trace=trace, step=replayed_step(frame["iteration"])))
     # With --rule both, a predictive policy appears under its default rule (plain name) and as
     # <policy>/<rule> for each rule: keep one row per (trace, policy, rule).
     table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS).drop_duplicates(["trace", "policy", "rule"])
@@ -195,17 +243,26 @@ def load_overhead(results_dir: Path) -> pd.DataFrame:
 
 
 def gradient_s(results_dir: Path) -> float | None:
-    """The results' resolved config's train.gradient_s (seconds of one worker batch, which a
-    trace in normalised units is scaled to), or None where it sets none."""
-    path = Path(Layout(str(results_dir)).config())
-    if not path.is_file():
-        return None
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(str(path), "-", f"damaged: not YAML ({exc})") from None
-    value = ((cfg or {}).get("train") or {}).get("gradient_s")
+    """The experiment's train.gradient_s (seconds of one worker batch, which a trace in
+    normalised units is scaled to; results/<experiment>/config.yaml), or None where it sets
+    none."""
+    train = _config(results_dir).get("train")
+    value = train.get("gradient_s") if isinstance(train, dict) else None
     return float(value) if isinstance(value, numbers.Real) and value > 0 else None
+
+
+def load_replay_ablations(results_dir: Path) -> list[tuple[str, str, str, dict, pd.DataFrame]]:
+    """Every replay ablation arm (throughput.ablations) found: (trace, ablation, arm, its
+    policies table, its decisions), censoring's arms (``CENSORING``) then the data ablation's
+    (``LATE``); none where no trace ran them."""
+    layout, arms = Layout(str(results_dir)), []
+    for ablation, prefix, names in (("censoring", "censored", CENSORING), ("data", "late", LATE)):
+        for name in names:
+            for path in layout.find(layout.throughput(ANY, f"{prefix}-{name}.json")):
+                decisions = read_parquet(path.with_suffix(".parquet"), DECISIONS + ABLATED)
+                arms.append((path.parent.name, ablation, name, read_json(path, "policies"),
+                             decisions))
+    return arms
 
 
 def load_traces(results_dir: Path) -> dict[str, np.ndarray]:
@@ -230,9 +287,11 @@ def time_unit(results_dir: Path, trace: str) -> str:
 
 
 def load_predictions(results_dir: Path) -> list[tuple[str, pd.DataFrame, str]]:
-    """(trace, its model's held-out predictions, the trace's time unit) for every model."""
+    """(trace, its model's held-out predictions with the iteration counted from 0 in ``step``,
+    the trace's time unit) for every model."""
     layout = Layout(str(results_dir))
     paths = need(layout.find(layout.model(ANY, "predictions.parquet")), results_dir,
                  "model predictions")
-    return [(path.parent.name, read_parquet(path, PREDICTIONS),
-             time_unit(results_dir, path.parent.name)) for path in paths]
+    frames = [(path, read_parquet(path, PREDICTIONS)) for path in paths]
+    return [(path.parent.name, frame.assign(step=replayed_step(frame["iteration"])),
+             time_unit(results_dir, path.parent.name)) for path, frame in frames]

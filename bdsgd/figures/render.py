@@ -22,6 +22,7 @@ Each policy has one fixed colour in every figure (``policy_style``, from
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -32,22 +33,27 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from bdsgd.errors import UserError  # noqa: E402
 from bdsgd.figures import (  # noqa: E402
-    EXPLORE_PREFIX,
-    FALLBACK_COLOURS,
     FIGURES,
-    POLICY_COLOURS,
+    replay,
+    replay_ablations,
 )
+from bdsgd.figures.answers import answers_rst, reviewers_table  # noqa: E402
+from bdsgd.figures.common import bar_style as _bar_style  # noqa: E402
+from bdsgd.figures.common import policy_colour, policy_style  # noqa: E402, F401 - render's API
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
     gradient_s,
     load_comm_sweep,
+    load_note,
     load_overhead,
     load_period_sweep,
     load_predictions,
+    load_replay_ablations,
     load_runs,
     load_throughput,
     load_traces,
@@ -55,7 +61,7 @@ from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns:
 from bdsgd.figures.inputs import time_unit as _time_unit  # noqa: E402, F401
 from bdsgd.figures.stats import time_to_target_stats  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
-from bdsgd.plotting import save_figure  # noqa: E402
+from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
 # the training modes that are no cutoff policy: no cutoff to draw, and their metrics rows are
 # rounds of about n applied gradients rather than iterations
@@ -65,6 +71,9 @@ logger = logging.getLogger(__name__)
 
 FLOAT_FORMAT = "%.10g"
 BAND_POINTS = 200  # grid points a curve over seeds is interpolated onto
+# Series that are no policy (traces, order statistics): Tol's colour-blind-safe bright palette.
+TRACE_COLOURS = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB")
+ORDER_COLOURS = ("#4477AA", "#228833", "#EE6677")
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> list[Path]:
@@ -73,25 +82,15 @@ def _write_csv(df: pd.DataFrame, path: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- style
-def policy_colour(policy: str) -> str:
-    """The policy's fixed colour: explore-<p> has p's; a name not in POLICY_COLOURS gets one of
-    FALLBACK_COLOURS picked from its letters (the same name, the same colour, every run)."""
-    base = policy.removeprefix(EXPLORE_PREFIX)
-    if base in POLICY_COLOURS:
-        return POLICY_COLOURS[base]
-    return FALLBACK_COLOURS[sum(map(ord, base)) % len(FALLBACK_COLOURS)]
-
-
-def policy_style(policy: str) -> dict:
-    """Line keywords of a policy: its colour, and a dashed line for explore-<p>."""
-    return {"color": policy_colour(policy),
-            "ls": "--" if policy.startswith(EXPLORE_PREFIX) else "-"}
-
-
-def _bar_style(policy: str, alpha: float = 1.0) -> dict:
-    """Bar keywords of a policy: its colour, hatched for explore-<p>."""
-    return {"color": policy_colour(policy), "alpha": alpha, "edgecolor": "white",
-            "hatch": "//" if policy.startswith(EXPLORE_PREFIX) else None}
+def _legend_below(fig, axes, columns: int = 6) -> None:
+    """One legend for the whole figure, under its panels (where it covers no curve): every
+    labelled line of ``axes``, each label once."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    fig.legend(entries.values(), entries.keys(), loc="outside lower center",
+               ncols=min(columns, len(entries)), fontsize=8, frameon=False)
 
 
 def _window(rows: int) -> int:
@@ -125,6 +124,17 @@ def _smoothed(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     return pd.concat(out)
 
 
+def _counted_from_0(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The metrics with ``step``: a run's row counts its iterations from 1 (the row written after
+    the first), the step counts them from 0, as every figure counts the replayed iterations."""
+    return metrics.assign(step=metrics["iteration"] - 1)
+
+
+def _time_label(runs: pd.DataFrame) -> str:
+    """The unit of the runs' virtual time (``inputs.virtual_time_unit``), as an axis names it."""
+    return ", ".join(unit_label(u) for u in sorted(runs["time_unit"].unique()))
+
+
 def _panels(metrics: pd.DataFrame, width: float, height: float, columns: int = 1, **kw):
     """One row of panels per task and trace the runs replayed: (panels, axes array panels x
     columns, figure); a panel is (task, trace)."""
@@ -144,8 +154,71 @@ def _title(panel: tuple[str, str]) -> str:
     return f"{task} on {trace}" if trace else task
 
 
+GRID_COLUMNS = 4  # panels a row of a small-multiples figure holds
+
+
+def _policy_grid(blocks: dict[str, list[str]]):
+    """Small multiples: a block of panels per key of ``blocks`` (a trace, a task on a trace),
+    one panel per policy of its list, GRID_COLUMNS to a row; a block's panels share their x and
+    y axes. (figure, {(block, policy): axes}, {block: its axes})."""
+    rows = {block: -(-len(policies) // GRID_COLUMNS) for block, policies in blocks.items()}
+    fig = plt.figure(figsize=(3.3 * GRID_COLUMNS, 1.9 * sum(rows.values()) + 0.6),
+                     layout="constrained")
+    figures = fig.subfigures(len(blocks), 1, squeeze=False, height_ratios=list(rows.values()))
+    panel, block_axes = {}, {}
+    for sub, (block, policies) in zip(figures[:, 0], blocks.items(), strict=True):
+        axes = sub.subplots(rows[block], GRID_COLUMNS, sharex=True, sharey=True, squeeze=False)
+        for ax in axes.flat[len(policies):]:
+            ax.set_visible(False)
+        panel |= {(block, p): ax for p, ax in zip(policies, axes.flat, strict=False)}
+        block_axes[block] = axes
+    return fig, panel, block_axes
+
+
+def _cutoff_axes(axes, xlabel: str, low: float, n: float) -> None:
+    """A block of cutoff panels: integer cutoffs ``low``..n on y, the axis labels on the outer
+    panels (the lowest shown panel of each column carries the x axis)."""
+    for ax in axes.flat:
+        ax.set_ylim(low - 0.5, n + 0.5)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=2))
+        ax.tick_params(labelsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("cutoff c", fontsize=9)
+    for column in axes.T:
+        shown = [ax for ax in column if ax.get_visible()]
+        if shown:
+            shown[-1].set_xlabel(xlabel, fontsize=9)
+            shown[-1].xaxis.set_tick_params(labelbottom=True)
+
+
+def cutoff_changes(cutoff: np.ndarray) -> dict:
+    """What a run of cutoffs c_0..c_T-1 did: the fraction of iterations t >= 1 with
+    c_t != c_t-1, the smallest and largest c and their mean."""
+    cutoff = np.asarray(cutoff)
+    changes = float(np.mean(cutoff[1:] != cutoff[:-1])) if len(cutoff) > 1 else 0.0
+    return {"changes": changes, "low": int(cutoff.min()), "high": int(cutoff.max()),
+            "mean": float(cutoff.mean())}
+
+
+def _changes_text(stats: dict) -> str:
+    """'c 6-8, changes 12%': a panel's measured range of cutoffs and how often they change."""
+    span = f"{stats['low']}" if stats["low"] == stats["high"] else f"{stats['low']}-{stats['high']}"
+    return f"c {span}, changes {stats['changes']:.0%}"
+
+
 # ----------------------------------------------------------------------------- figures
-def _time_to_target_panel(ax, stats: pd.DataFrame) -> None:
+def _interval_text(stats: pd.DataFrame) -> str:
+    """What the time-to-target whiskers are, measured: the interval's kind and its smallest
+    coverage of the median (``stats.median_interval``)."""
+    minmax = np.isclose(stats["coverage"], 1 - 0.5 ** (stats["seeds"] - 1)).all()
+    low, high = stats["seeds"].min(), stats["seeds"].max()
+    seeds = f"{low}" if low == high else f"{low}-{high}"
+    return ("whisker: distribution-free interval for the median\n"
+            f"({'min to max, ' if minmax else 'order statistics, '}covers it with probability "
+            f">= {stats['coverage'].min():.0%} at {seeds} seeds)")
+
+
+def _time_to_target_panel(ax, stats: pd.DataFrame, unit: str = "s") -> None:
     """Median time to target per policy with its interval (an arrow where the interval is
     unbounded: some seeds never reached the target); pale where any seed never reached it, and
     'k/m' (seeds that reached it, of all) over every policy."""
@@ -164,94 +237,179 @@ def _time_to_target_panel(ax, stats: pd.DataFrame) -> None:
                     fontsize=7, color="k" if s.reached == s.seeds else "firebrick")
     ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
     ax.margins(y=0.2)
-    coverage = stats["coverage"].min()
-    ax.set(title=f"time to target\n(median over seeds, {coverage:.0%}+ interval)",
-           ylabel="virtual time (s)")
+    ax.set_title(f"time to target: bar = median over seeds,\n{_interval_text(stats)}", fontsize=9)
+    ax.set(xlabel="policy", ylabel=f"virtual time to target ({unit})")
 
 
 def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
     """Per task and trace: test accuracy against virtual time (median over seeds, min-max band,
-    target dotted), and the time to target per policy (``time_to_target_stats``)."""
+    target dotted), and the time to target per policy (``time_to_target_stats``); the time in
+    the runs' virtual-time unit."""
     evaluated = metrics[metrics["test_accuracy"].notna()]
-    panels, axes, fig = _panels(evaluated, 11, 3.8, 2, gridspec_kw={"width_ratios": [2.2, 1]})
+    panels, axes, fig = _panels(evaluated, 11, 3.9, 2, layout="constrained",
+                                gridspec_kw={"width_ratios": [2.2, 1]})
     stats = time_to_target_stats(summary)
     for (ax, bar_ax), panel in zip(axes, panels, strict=True):
-        for policy, runs in _of(evaluated, panel).groupby("policy"):
+        runs_of, unit = _of(evaluated, panel), _time_label(_of(evaluated, panel))
+        for policy, runs in runs_of.groupby("policy"):
             _band(ax, runs, "virtual_time_s", "test_accuracy", policy)
         target = _of(summary, panel)["target_accuracy"].iloc[0]
-        ax.axhline(target, ls=":", color="k", lw=1, label=f"target {target:.2f}")
-        ax.set(title=f"{_title(panel)}: test accuracy vs virtual time",
-               xlabel="virtual wall-clock time (s)", ylabel="test accuracy")
-        ax.legend(fontsize=8)
-        _time_to_target_panel(bar_ax, _of(stats, panel))
+        ax.axhline(target, ls=":", color="k", lw=1, label="target accuracy")
+        ax.set_title(f"{_title(panel)}: test accuracy (target {target:.2f}) vs virtual time\n"
+                     "line: median over seeds; band: min to max over seeds", fontsize=10)
+        ax.set(xlabel=f"virtual wall-clock time ({unit})", ylabel="test accuracy")
+        _time_to_target_panel(bar_ax, _of(stats, panel), unit)
+    _legend_below(fig, axes[:, 0], columns=7)
     return save_figure(fig, path)
 
 
+def time_to_accuracy_answer(summary: pd.DataFrame) -> str:
+    """Which policy reaches the target first, per task and trace, measured: the fastest median
+    time to target over seeds (of the policies every seed of which reached it) and sync's."""
+    sentences = []
+    for (task, trace), stats in time_to_target_stats(summary).groupby(["task", "trace"]):
+        done = stats[stats["reached"] == stats["seeds"]].sort_values("median")
+        where = f"{task} on {trace}" if trace else task
+        if done.empty:
+            sentences.append(f"On {where} no policy reached the target in every seed.")
+            continue
+        best, sync = done.iloc[0], stats[stats["policy"] == "sync"]
+        text = (f"On {where}, {best.policy} reaches the target first (median {best['median']:.3g} "
+                f"over {best.seeds} seed{'s' if best.seeds > 1 else ''}")
+        if not sync.empty and best.policy != "sync":
+            text += f"; sync {sync['median'].iloc[0]:.3g}"
+        sentences.append(text + ").")
+    return " ".join(sentences)
+
+
 def loss_curves(metrics: pd.DataFrame, path: Path) -> list[Path]:
-    """Per task and trace, side by side: smoothed training loss against iterations and against
-    virtual time (median over seeds, min-max band). A policy can win the first and lose the
-    second."""
-    panels, axes, fig = _panels(metrics, 12, 3.6, 2, sharey="row")
+    """Per task and trace, side by side: smoothed training loss against iterations (from 0) and
+    against virtual time (median over seeds, min-max band). A policy can win the first and lose
+    the second."""
+    metrics = _counted_from_0(metrics)
+    panels, axes, fig = _panels(metrics, 12, 3.6, 2, sharey="row", layout="constrained")
     for (it_ax, time_ax), panel in zip(axes, panels, strict=True):
         sub = _of(metrics, panel)
         for policy, runs in sub.groupby("policy"):
             runs = _smoothed(runs, "train_loss")
-            _band(it_ax, runs, "iteration", "train_loss", policy)
+            _band(it_ax, runs, "step", "train_loss", policy)
             _band(time_ax, runs, "virtual_time_s", "train_loss", policy)
         modes = ", ".join(sorted(set(sub["policy"]) & set(MODES)))  # rows are rounds
-        it_ax.set(title=f"{_title(panel)}: training loss vs iterations",
-                  ylabel="training loss (smoothed)",
-                  xlabel="iteration" + (f" ({modes}: round of n gradients)" if modes else ""))
-        time_ax.set(title=f"{_title(panel)}: training loss vs virtual time",
-                    xlabel="virtual wall-clock time (s)")
-        it_ax.legend(fontsize=8)
+        ylabel = "training loss\n(rolling mean over 4% of a run)"
+        it_ax.set(title=f"{_title(panel)}: training loss vs iterations", ylabel=ylabel,
+                  xlabel="training iteration, from 0"
+                  + (f" ({modes}: round of n gradients)" if modes else ""))
+        time_ax.set(title=f"{_title(panel)}: training loss vs virtual time", ylabel=ylabel,
+                    xlabel=f"virtual wall-clock time ({_time_label(sub)})")
+    fig.suptitle("line: median over seeds; band: min to max over seeds", fontsize=9)
+    _legend_below(fig, axes[:, 0], columns=8)
     return save_figure(fig, path)
 
 
 def training_cutoff(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list[Path]:
-    """Per task and trace: the cutoff each cutoff policy chose during training, iteration by
-    iteration (mean over seeds: thin raw, thick rolling mean). async and cyclic have no cutoff:
-    left out."""
-    cutoff_runs = metrics[~metrics["policy"].isin(MODES)]
-    panels, axes, fig = _panels(metrics, 10, 3.4)
-    for ax, panel in zip(axes[:, 0], panels, strict=True):
-        sub = _of(cutoff_runs, panel)
-        for policy, runs in sub.groupby("policy"):
-            cutoff = runs.groupby("iteration")["cutoff"].mean()
-            style = policy_style(policy)
-            ax.plot(cutoff.index, cutoff, color=style["color"], alpha=0.25, lw=0.6)
-            ax.plot(cutoff.index, cutoff.rolling(_window(len(cutoff)), min_periods=1).mean(),
-                    lw=1.6, label=policy, **style)
-        n = _of(summary, panel)["n_workers"].max()
-        if pd.notna(n):  # the cutoff's range is 1..n
-            ax.set_ylim(0, float(n) + 0.5)
-        if sub.empty:
-            ax.text(0.5, 0.5, "no cutoff policy was run", transform=ax.transAxes, ha="center")
-        else:
-            ax.legend(fontsize=7, ncol=4)
-        ax.set(title=f"{_title(panel)}: cutoff during training (mean over seeds)", xlabel="iteration",
-               ylabel="cutoff c (gradients accepted)")
+    """The cutoff each cutoff policy chose during its convergence runs, iteration by iteration
+    (from 0), unsmoothed: a block of panels per task and trace, a panel per policy, each seed's
+    integer cutoffs as a step line (the first seed widest, so that seeds that agree all show).
+    async and cyclic have no cutoff: left out."""
+    cutoff_runs = _counted_from_0(metrics[~metrics["policy"].isin(MODES)])
+    blocks = {panel: sorted(_of(cutoff_runs, panel)["policy"].unique())
+              for panel in sorted(cutoff_runs.groupby(["task", "trace"]).groups)}
+    if not blocks:  # only training modes were run: a figure that says so
+        fig, ax = plt.subplots(figsize=(6, 2))
+        ax.text(0.5, 0.5, "no cutoff policy was run", transform=ax.transAxes, ha="center")
+        ax.set(xlabel="training iteration, from 0", ylabel="cutoff c")
+        return save_figure(fig, path)
+    fig, panel_ax, block_axes = _policy_grid(blocks)
+    seeds = sorted(cutoff_runs["seed"].unique())
+    widths = np.linspace(3.0, 1.0, len(seeds)) if len(seeds) > 1 else [1.4]
+    for block, policies in blocks.items():
+        sub = _of(cutoff_runs, block)
+        n = _of(summary, block)["n_workers"].max()
+        n = float(n) if pd.notna(n) else float(sub["cutoff"].max())
+        for policy in policies:
+            ax, runs = panel_ax[block, policy], sub[sub["policy"] == policy]
+            for seed, width in zip(seeds, widths, strict=True):  # a seed's width in every panel
+                run = runs[runs["seed"] == seed].sort_values("step")
+                if run.empty:
+                    continue
+                ax.step(run["step"], run["cutoff"], where="post", lw=width,
+                        alpha=0.45 if width > 1.5 else 1.0, label=f"seed {seed}",
+                        color=policy_colour(policy))  # one policy a panel: solid reads best
+            ax.set_title(f"{_title(block)}: {policy}\n{_changes_text(_over_seeds_changes(runs))}",
+                         fontsize=9)
+        _cutoff_axes(block_axes[block], "training iteration, from 0",
+                     max(1.0, float(sub["cutoff"].min())), n)
+    fig.suptitle("cutoff chosen during training, unsmoothed: a step line per seed, "
+                 f"{', '.join(f'seed {s}' for s in seeds)} from wide and pale to thin (where seeds "
+                 "agree, the thin line lies on the wide one)\nc: the range chosen; 'changes': "
+                 "iterations whose c differs from the previous one's (mean over seeds)",
+                 fontsize=9)
     return save_figure(fig, path)
+
+
+def _over_seeds_changes(runs: pd.DataFrame) -> dict:
+    """``cutoff_changes`` over a policy's seeds: the range of every seed's cutoffs, the mean of
+    their change fractions and of their mean cutoffs."""
+    per_seed = [cutoff_changes(g.sort_values("iteration")["cutoff"].to_numpy())
+                for _, g in runs.groupby("seed")]
+    return {"low": min(s["low"] for s in per_seed), "high": max(s["high"] for s in per_seed),
+            "changes": float(np.mean([s["changes"] for s in per_seed])),
+            "mean": float(np.mean([s["mean"] for s in per_seed])), "seeds": len(per_seed)}
+
+
+def training_cutoff_answer(metrics: pd.DataFrame) -> str:
+    """How the cutoff evolves during training, measured: per task and trace, bdsgd's range of
+    cutoffs and how often it changes them (mean over seeds)."""
+    runs = metrics[metrics["policy"] == "bdsgd"]
+    sentences = []
+    for (task, trace), sub in runs.groupby(["task", "trace"]):
+        s = _over_seeds_changes(sub)
+        where = f"{task} on {trace}" if trace else task
+        sentences.append(
+            f"During training on {where}, bdsgd's cutoff ranges {s['low']}-{s['high']} "
+            f"(mean {s['mean']:.1f}) and changes on {s['changes']:.0%} of iterations "
+            f"(mean over {s['seeds']} seeds).")
+    return " ".join(sentences) or "No bdsgd run was trained."
 
 
 def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> list[Path]:
-    """c_t chosen by each policy (default rule) while replaying each trace: thin lines raw,
-    thick lines a 20-iteration moving average."""
+    """c_t chosen by each policy (default rule) while replaying each trace, iteration by
+    iteration (from 0), unsmoothed: a block of panels per trace, a panel per policy, on one
+    y range 1..n (n: sync's cutoff, else the largest chosen)."""
     decisions = decisions[~decisions["policy"].str.contains("/")]
-    traces = sorted(decisions["trace"].unique())
-    fig, axes = plt.subplots(len(traces), 1, figsize=(10, 3.4 * len(traces)), squeeze=False)
-    for ax, trace in zip(axes[:, 0], traces, strict=True):
+    blocks = {trace: sorted(sub["policy"].unique()) for trace, sub in decisions.groupby("trace")}
+    fig, panel_ax, block_axes = _policy_grid(blocks)
+    for trace, policies in blocks.items():
         sub = decisions[decisions["trace"] == trace]
-        for policy, pol in sub.groupby("policy"):
-            cutoff = pol.sort_values("iteration")["cutoff"].to_numpy()
-            step, style = np.arange(len(cutoff)), policy_style(policy)
-            ax.plot(step, cutoff, color=style["color"], alpha=0.2, lw=0.6)
-            ax.plot(step, pd.Series(cutoff).rolling(20, min_periods=1).mean(), lw=1.6,
-                    label=policy, **style)
-        ax.set(title=f"{trace}: cutoff over time (n = {int(sub['cutoff'].max())} at most)",
-               xlabel="iteration of the replayed (test) part", ylabel="cutoff c (gradients accepted)")
-        ax.legend(fontsize=7, ncol=4)
+        sync = sub[sub["policy"] == "sync"]
+        n = float((sync if not sync.empty else sub)["cutoff"].max())
+        for policy in policies:
+            ax, pol = panel_ax[trace, policy], sub[sub["policy"] == policy].sort_values("step")
+            ax.step(pol["step"], pol["cutoff"], where="post", lw=1.3, label=policy,
+                    color=policy_colour(policy))  # one policy a panel: solid reads best
+            ax.set_title(f"{trace}: {policy}\n{_changes_text(cutoff_changes(pol['cutoff']))}",
+                         fontsize=9)
+        _cutoff_axes(block_axes[trace], "replayed iteration, from 0", 1.0, n)
+    fig.suptitle("cutoff c_t chosen while replaying each trace's test part, unsmoothed; "
+                 "'changes': iterations whose c differs from the previous one's", fontsize=9)
     return save_figure(fig, path)
+
+
+def cutoff_over_time_answer(decisions: pd.DataFrame) -> str:
+    """How the cutoff evolves on the replayed traces, measured: per trace, bdsgd's and the
+    hindsight oracle's range of cutoffs and how often each changes it."""
+    sentences = []
+    for trace, sub in decisions[~decisions["policy"].str.contains("/")].groupby("trace"):
+        parts = []
+        for policy in ("bdsgd", "oracle"):
+            pol = sub[sub["policy"] == policy].sort_values("step")
+            if not pol.empty:
+                s = cutoff_changes(pol["cutoff"].to_numpy())
+                parts.append(f"{policy} changes its cutoff on {s['changes']:.0%} of iterations "
+                             f"and ranges {s['low']}-{s['high']} (mean {s['mean']:.1f})")
+        if parts:
+            sentences.append(f"On {trace}, " + "; ".join(parts) + f" of n = {sub['cutoff'].max()}.")
+    return " ".join(sentences)
 
 
 def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
@@ -282,46 +440,96 @@ def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
+def comm_sweep_answer(sweep: pd.DataFrame) -> str:
+    """Per trace and topology: the largest communication ratio at which the best causal cutoff
+    policy still beats sync by 2 %, and its gain there."""
+    parts = []
+    causal = sweep[~sweep["policy"].isin(["oracle", "oracle-myopic", "sync"])]
+    for (trace, topology), sub in causal.groupby(["trace", "topology"], sort=True):
+        best = sub.loc[sub.groupby("ratio")["relative_to_sync"].idxmax()]
+        pays = best[best["relative_to_sync"] > 1.02]
+        if pays.empty:
+            parts.append(f"{trace}, {topology}: no causal policy beats sync by 2 % at any ratio")
+        else:
+            top = pays.iloc[-1]
+            parts.append(f"{trace}, {topology}: {top.policy} still {top.relative_to_sync:.2f}x "
+                         f"sync at rho = {top.ratio:g}")
+    return ("The best causal policy over sync at the largest rho where one gains 2 %: "
+            + "; ".join(parts) + ".")
+
+
 def runtime_distributions(results_dir: Path, path: Path,
                           traces: dict[str, np.ndarray] | None = None) -> list[Path]:
     """Empirical CDF of every trace's run-times over its median (log scale: the tail matters).
     ``traces``: ``inputs.load_traces``' (None: read them from ``results_dir``)."""
     traces = load_traces(results_dir) if traces is None else traces
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, x in traces.items():
+    for (name, x), colour in zip(traces.items(), itertools.cycle(TRACE_COLOURS)):
         x = np.sort(x / np.median(x))
-        ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name)
-    ax.set(xscale="log", xlabel="run-time / median run-time", ylabel="empirical CDF",
-           title="worker run-time distributions")
+        ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name, color=colour)
+    ax.set(xscale="log", xlabel="run-time / the trace's median run-time (no unit)",
+           ylabel="empirical CDF", title="worker run-time distributions")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
 
+def shown_orders(orders) -> list[int]:
+    """The order statistics the predictions figure shows: n-2, n-1 and n (n the largest order),
+    where the decision between waiting for every worker and cutting one or two is made."""
+    n = max(orders)
+    return [c for c in (n - 2, n - 1, n) if c in set(orders)]
+
+
 def model_predictions(results_dir: Path, path: Path,
                       predictions: list[tuple[str, pd.DataFrame, str]] | None = None) -> list[Path]:
-    """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out.
+    """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out, for
+    the orders c = n-2, n-1, n (``shown_orders``), against the replayed iteration (from 0).
     ``predictions``: ``inputs.load_predictions``' (None: read them from ``results_dir``)."""
     predictions = load_predictions(results_dir) if predictions is None else predictions
-    fig, axes = plt.subplots(len(predictions), 1, figsize=(10, 3.2 * len(predictions)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(predictions), 1, figsize=(10, 3.3 * len(predictions) + 0.5),
+                             squeeze=False, layout="constrained")
     for ax, (trace, pred, unit) in zip(axes[:, 0], predictions, strict=True):
-        orders = sorted(pred["order"].unique())
-        shown = sorted({orders[len(orders) // 2], orders[-1]})
-        for order, color in zip(shown, sns.color_palette("tab10"), strict=False):
-            p = pred[pred["order"] == order].sort_values("iteration")
-            ax.fill_between(p["iteration"], p["lo90"], p["hi90"], color=color, alpha=0.2)
-            ax.plot(p["iteration"], p["predicted_mean"], color=color, lw=1.2,
-                    label=f"predicted E[x_({order})]")
-            ax.scatter(p["iteration"], p["realised"], color=color, s=4, label=f"realised x_({order})")
-        ax.set(title=f"{trace}: one-step-ahead predictions (held out)",
-               xlabel="iteration (test part)", ylabel=f"run-time ({unit})")
-        ax.legend(fontsize=7, ncol=2)
+        n = int(pred["order"].max())
+        for order, colour in zip(shown_orders(pred["order"].unique()), ORDER_COLOURS, strict=False):
+            p = pred[pred["order"] == order].sort_values("step")
+            name = "n" if order == n else f"n-{n - order}"
+            ax.fill_between(p["step"], p["lo90"], p["hi90"], color=colour, alpha=0.2, lw=0)
+            ax.plot(p["step"], p["predicted_mean"], color=colour, lw=1.2,
+                    label=f"c = {name} = {order}: predicted E[x_(c)], band 90% interval")
+            inside = ((p["realised"] >= p["lo90"]) & (p["realised"] <= p["hi90"])).mean()
+            ax.scatter(p["step"], p["realised"], color=colour, s=5,
+                       label=f"c = {order}: realised x_(c) ({inside:.0%} inside the band)")
+        ax.set(title=f"{trace}: one-step-ahead predictions of the slowest order statistics "
+                     f"(held out; n = {n} workers)",
+               xlabel="replayed iteration, from 0", ylabel=f"run-time ({unit_label(unit)})")
+        ax.legend(fontsize=7, ncols=3, loc="upper left", bbox_to_anchor=(0, -0.22), frameon=False)
     return save_figure(fig, path)
+
+
+def model_predictions_answer(predictions: list[tuple[str, pd.DataFrame, str]]) -> str:
+    """How well the model forecasts the orders the decision turns on, measured: per trace, the
+    share of held-out iterations whose realised x_(c) fell in its 90% interval, c = n-2..n."""
+    sentences = []
+    for trace, pred, _ in predictions:
+        shown = pred[pred["order"].isin(shown_orders(pred["order"].unique()))]
+        inside = ((shown["realised"] >= shown["lo90"]) & (shown["realised"] <= shown["hi90"]))
+        by_order = inside.groupby(shown["order"]).mean()
+        sentences.append(f"On {trace}, the realised x_(c) fell inside the 90% prediction interval "
+                         f"on {inside.mean():.0%} of held-out iterations for c = "
+                         f"{by_order.index.min()}..{by_order.index.max()} ("
+                         + ", ".join(f"c = {c}: {v:.0%}" for c, v in by_order.items()) + ").")
+    return " ".join(sentences)
 
 
 def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     """Draw every figure and write both summary tables; returns the files written. Every input
-    is read and checked first: a bad one is a UserError, and then nothing is written."""
+    is read and checked first: a bad one is a UserError, and then nothing is written. Every
+    figure carries the experiment's figure_note (``inputs.load_note``), if it has one."""
+    with figure_note(load_note(results_dir)):
+        return _render_all(results_dir, out_dir)
+
+
+def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     if not results_dir.is_dir():
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
     summary, metrics = load_runs(results_dir)
@@ -330,8 +538,12 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     overhead, seconds = load_overhead(results_dir), gradient_s(results_dir)
     units = {trace: _time_unit(results_dir, trace) for trace in table["trace"].unique()}
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
-    from bdsgd.figures import replay  # the replay's figures, drawn in render's styles
+    ablations = replay_ablations.ablation_table(load_replay_ablations(results_dir))
     sns.set_theme(style="whitegrid", context="notebook")
+
+    def unit(trace: str) -> str:
+        return _time_unit(results_dir, trace)
+
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
         *_write_csv(summary, path["summary"]),
@@ -350,7 +562,29 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
         *model_predictions(results_dir, path["model_predictions"], predictions),
+        *_write_csv(ablations, path["replay_ablations"]),
+        *replay_ablations.draw(ablations, "censoring", path["censoring"], unit,
+                                policy_style),
+        *replay_ablations.draw(ablations, "data", path["data_value"], unit,
+                                policy_style),
     ]
+    # the measured answer to each reviewer question, beside the figure that answers it
+    answers = {
+        "time_to_accuracy": time_to_accuracy_answer(summary),
+        "training_cutoff": training_cutoff_answer(metrics),
+        "cutoff_over_time": cutoff_over_time_answer(decisions),
+        "model_predictions": model_predictions_answer(predictions),
+        "comm_sweep": comm_sweep_answer(sweep),
+        "throughput": replay.throughput_answer(table, decisions),
+        "throughput_over_time": replay.throughput_over_time_answer(decisions),
+        "worker_time": replay.worker_time_answer(table),
+        "period_sweep": replay.period_sweep_answer(periods),
+        "decision_overhead": replay.decision_overhead_answer(overhead, seconds),
+        "censoring": replay_ablations.censoring_answer(ablations),
+        "data_value": replay_ablations.data_value_answer(ablations),
+    }
+    written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
+                *_write_csv(reviewers_table(answers), path["reviewers"])]
     for path in written:
         logger.info(f"wrote {path}")
     return written

@@ -7,7 +7,8 @@ states its measured answer in a sentence (``<figure>_answer``, for the captions)
     period_sweep          throughput against the re-decision period (policies.decide_every)
     decision_overhead     a decision's wall-clock time over an iteration's
 
-``render.render_all`` calls them after reading and checking every input; the styles are its.
+``render.render_all`` calls them after reading and checking every input, and writes the answers
+beside the figures (``bdsgd.figures.answers``).
 Throughput here is accepted gradients per unit of the trace's time: sum c_t / sum d_t, d_t =
 tau_t + comm(c_t) (``bdsgd.throughput``).
 """
@@ -20,7 +21,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from bdsgd.figures.render import _bar_style, policy_style
+from bdsgd.figures.common import bar_style as _bar_style
+from bdsgd.figures.common import policy_style
 from bdsgd.figures.stats import BLOCKS, block_ratio_interval
 from bdsgd.plotting import save_figure
 from bdsgd.schedules import MODES

@@ -7,7 +7,9 @@
   at most ``MAX_WORKER_LINES`` of them, evenly spaced), and beside it the survival function
   P(X > x) on log-log axes, where heavy tails and stragglers show.
 - ``<name>_heatmap.png``: run-time of every worker (rows) at every iteration (columns), on a log
-  colour scale; censored run-times (lower bounds) in grey.
+  colour scale from the 0.5th to the 99.9th percentile; run-times beyond it are clipped visibly
+  (the colour bar's arrows, the run-times above it in a colour of their own, the true extremes
+  written on the bar); censored run-times (lower bounds) in grey.
 - ``<name>_cov.png``: the coefficient of variation across workers per iteration and its rolling
   median, over the real Alibaba PAI jobs' per-iteration CoV (interquartile band and median).
 """
@@ -24,7 +26,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from bdsgd.plotting import DPI, save_figure  # noqa: E402
+from bdsgd.plotting import DPI, figure_note, save_figure, unit_label  # noqa: E402
 from bdsgd.traces import TRACE_FIGURES  # noqa: E402
 from bdsgd.traces.describe import iteration_cov  # noqa: E402
 from bdsgd.traces.schema import Trace  # noqa: E402
@@ -36,8 +38,8 @@ PAI_COV_QUANTILES = {0.1: 0.0319, 0.25: 0.0508, 0.5: 0.0935, 0.75: 0.5497, 0.9: 
 
 
 def _unit(trace: Trace) -> str:
-    unit = str(trace.meta.get("time_unit", "s"))
-    return "s" if unit == "s" else unit
+    """The trace's run-time unit (its metadata's; seconds without one), as an axis names it."""
+    return unit_label(str(trace.meta.get("time_unit", "s")))
 
 
 def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,31 +95,52 @@ def _runtime_cdf(trace: Trace, name: str, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
+CLIP_PERCENTILES = (0.5, 99.9)  # the heat map's colour range: a few extremes do not wash it out
+OVER_COLOUR = "#56B4E9"  # run-times above the colour range: sky blue, in no part of magma
+
+
+def heatmap_range(x: np.ndarray) -> tuple[float, float, str]:
+    """(low, high, extend) of the heat map's colour scale: the CLIP_PERCENTILES of the run-times
+    and which ends clip any ("neither", "min", "max", "both"; the colour bar's arrows)."""
+    lo, hi = np.percentile(x, CLIP_PERCENTILES)
+    hi = max(hi, lo * 1.01)  # a constant trace still gets a colour bar
+    ends = (x.min() < lo, x.max() > hi)
+    return float(lo), float(hi), {(False, False): "neither", (True, False): "min",
+                                  (False, True): "max", (True, True): "both"}[ends]
+
+
 def _heatmap(trace: Trace, name: str, path: Path) -> list[Path]:
     x = trace.runtimes
     unit = _unit(trace)
-    lo, hi = np.percentile(x, [0.5, 99.9])
+    lo, hi, extend = heatmap_range(x)
     shown = np.ma.masked_array(x.T, mask=trace.censored.T)
-    cmap = plt.get_cmap("magma").with_extremes(bad="0.75")
+    cmap = plt.get_cmap("magma").with_extremes(bad="0.75", over=OVER_COLOUR)
     width = float(np.clip(4 + trace.n_iterations / 60, 8, 14))
     height = float(np.clip(2 + trace.n_workers / 8, 3, 7))
     fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    norm = LogNorm(vmin=lo, vmax=max(hi, lo * 1.01))  # a constant trace still gets a colour bar
+    norm = LogNorm(vmin=lo, vmax=hi)
     # Sharp cells while each gets at least a pixel; a smoothing filter once cells are smaller
     # than pixels, so a lone straggler row cannot vanish between sampled pixels.
     fits = trace.n_iterations <= 0.8 * width * DPI and trace.n_workers <= 0.8 * height * DPI
     image = ax.imshow(shown, aspect="auto", cmap=cmap, norm=norm,
                       interpolation="nearest" if fits else "antialiased", origin="lower",
                       extent=(-0.5, trace.n_iterations - 0.5, -0.5, trace.n_workers - 0.5))
-    bar = fig.colorbar(image, ax=ax, pad=0.01)
+    bar = fig.colorbar(image, ax=ax, pad=0.01, extend=extend)
     _plain_log_ticks(bar.ax.yaxis, lo, hi)
     bar.set_label(f"run-time ({unit})")
+    clipped = {"max": f"blue above {hi:.4g} (max {x.max():.4g})",
+               "min": f"black below {lo:.4g} (min {x.min():.4g})"}
+    notes = [text for end, text in clipped.items() if extend in (end, "both")]
+    if extend in ("max", "both"):  # the true maximum at the arrow's tip
+        bar.ax.set_title(f"max\n{x.max():.4g}", fontsize=8)
     ax.set_xlabel("iteration (index in trace)")
     ax.set_ylabel("worker (index)")
     ax.grid(False)
     censored = int(trace.censored.sum())
     note = f"; grey: {censored} censored" if censored else ""
-    ax.set_title(f"{name}: run-time of each worker per iteration (log colour scale){note}")
+    ax.set_title(f"{name}: run-time of each worker per iteration (log colour scale){note}"
+                 + (f"\ncolours clipped at percentiles {CLIP_PERCENTILES[0]:g}-"
+                    f"{CLIP_PERCENTILES[1]:g}: {', '.join(notes)}" if notes else ""), fontsize=10)
     return save_figure(fig, path)
 
 
@@ -145,9 +168,10 @@ def _cov(trace: Trace, name: str, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
-def draw_trace_figures(trace: Trace, name: str, out_dir: Path) -> list[Path]:
-    """Write the three trace figures as ``out_dir/<name>_{runtime_cdf,heatmap,cov}.{png,pdf}``;
-    returns the files written, each figure's PNG then its PDF."""
+def draw_trace_figures(trace: Trace, name: str, out_dir: Path, note: str | None = None) -> list[Path]:
+    """Write the three trace figures as ``out_dir/<name>_{runtime_cdf,heatmap,cov}.{png,pdf}``,
+    each with ``note`` printed under it (``bdsgd.plotting.figure_note``; None: none); returns
+    the files written, each figure's PNG then its PDF."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # Seaborn's look through matplotlib's copy of its style: importing seaborn itself costs
@@ -155,6 +179,6 @@ def draw_trace_figures(trace: Trace, name: str, out_dir: Path) -> list[Path]:
     def path(figure: str) -> Path:
         return out_dir / TRACE_FIGURES[figure][0].format(trace=name)
 
-    with plt.style.context(["seaborn-v0_8-whitegrid", "seaborn-v0_8-notebook"]):
+    with plt.style.context(["seaborn-v0_8-whitegrid", "seaborn-v0_8-notebook"]), figure_note(note):
         return [*_runtime_cdf(trace, name, path("cdf")), *_heatmap(trace, name, path("heatmap")),
                 *_cov(trace, name, path("cov"))]

@@ -13,11 +13,12 @@
 # declare is an error, not the schema's default.
 import os
 import re
+import shlex
 from pathlib import Path
 
 import yaml
 
-from bdsgd.config import GatherConfig, from_dict
+from bdsgd.config import CENSORING, LATE, GatherConfig, from_dict
 from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
@@ -31,6 +32,7 @@ CFG = from_dict(config, "config")  # typed: what bdsgd reads of it, the same way
 TRAIN = config["train"]
 TRAIN_TRACES = CFG.train_traces()
 RES = config["resources"]
+ABLATIONS = config["throughput"]["ablations"]
 DIST = config["distributed"]["jobs"]
 # The rules' conda environment (workflow/envs/bdsgd.yaml) installs bdsgd from this checkout in
 # its post-deploy script, which Snakemake runs from a copy in .snakemake/conda/: the checkout's
@@ -181,7 +183,8 @@ def run_targets():
 # in workflow/report/, category).
 # `snakemake --report` shows the categories sorted by name: numbered, they follow the DAG's stages,
 # the summary tables last. A category not listed here stops the workflow at parse time.
-REPORT_CATEGORIES = ("Traces", "Run-time model", "Policies", "Convergence", "Tables")
+REPORT_CATEGORIES = ("Reviewer questions", "Traces", "Run-time model", "Policies", "Convergence",
+                     "Tables")
 
 
 def report_category(category):
@@ -208,8 +211,21 @@ def figure_outputs():
                           lambda category: "all traces" if category == "Traces" else None)
 
 
+def note_flag():
+    """The trace figures' --note: the config's figure_note, quoted for the shell (none: no flag)."""
+    note = config.get("figure_note")
+    return f"--note {shlex.quote(note)}" if note else ""
+
+
 def trace_figure_outputs():
     return report_outputs(TRACE_FIGURES, PATHS.trace_figure, lambda category: "{trace}")
+
+
+def ablation_outputs():
+    """The replay ablations' tables and decisions (throughput.ablations), every trace's."""
+    arms = [f"censored-{mode}" for mode in CENSORING] + [f"late-{late}" for late in LATE]
+    return [PATHS.throughput(trace, f"{arm}.{ext}") for trace in ABLATIONS["traces"]
+            for arm in arms for ext in ("json", "parquet")]
 
 
 def figure_targets():

@@ -12,7 +12,9 @@ rule figures:
         evaluations=expand(PATHS.model(file="evaluation.json"), trace=config["traces"]),
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
-        config=PATHS.config(),  # train.gradient_s: a normalised trace's seconds
+        ablations=ablation_outputs(),
+        config=PATHS.config(),  # its figure_note, printed under every figure; train.gradient_s:
+        # a normalised trace's seconds (decision_overhead)
     output:
         **figure_outputs(),
     log:
@@ -35,7 +37,9 @@ rule trace_figures:
         PATHS.figures_log("{trace}"),
     params:
         out=lambda wc, output: Path(output[0]).parent,
+        note=note_flag(),
     conda:
         "../envs/bdsgd.yaml"
     shell:
-        "bdsgd traces plot {input} --name {wildcards.trace} --out {params.out} > {log} 2>&1"
+        "bdsgd traces plot {input} --name {wildcards.trace} --out {params.out} {params.note} "
+        "> {log} 2>&1"
