@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also replay every cutoff policy on networks from negligible to dominant "
                         "communication (throughput.comm_ratios; single, sharded server and ring) "
                         "and write the table (CSV)")
+    p.add_argument("--period-sweep", metavar="CSV",
+                   help="also replay throughput.period_policies deciding every k-th iteration, "
+                        "for each k of throughput.decide_every, beside the best fixed cutoff in "
+                        "hindsight, and write the table (CSV)")
     p.add_argument("--history", metavar="TRACE",
                    help="the same run's earlier iterations (e.g. the training part): policies "
                         "that learn from observations see them first, instead of starting cold")

@@ -175,7 +175,7 @@ def cmd_throughput(args):
     from bdsgd.throughput import run_benchmark
 
     for flag, out in (("--json", args.json), ("--decisions", args.decisions),
-                      ("--comm-sweep", args.comm_sweep)):
+                      ("--comm-sweep", args.comm_sweep), ("--period-sweep", args.period_sweep)):
         check_output(flag, out, inputs=(args.trace, args.model, args.paper_model, args.config,
                                         args.history))
     cfg = load_stage_config(args.config, "throughput") if args.config else None
@@ -184,7 +184,7 @@ def cmd_throughput(args):
                   comm_s=args.comm_s, json_out=args.json,
                   decisions_out=args.decisions, cfg=cfg, seed=args.seed,
                   history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep,
-                  late=args.late)
+                  late=args.late, period_out=args.period_sweep)
 
 
 def cmd_train(args):

@@ -108,6 +108,7 @@ class PoliciesConfig:
     score_scale: float
     bayes_samples: int
     compile: bool
+    decide_every: int
 
 
 # model.censoring's and network.late's values (the schema's enums), which the ablations compare
@@ -130,6 +131,8 @@ class ThroughputConfig:
     policies: tuple[str, ...]
     comm_s: float
     comm_ratios: tuple[float, ...]
+    decide_every: tuple[int, ...]
+    period_policies: tuple[str, ...]
     ablations: AblationsConfig
 
 

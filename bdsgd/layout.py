@@ -6,7 +6,8 @@ per job) and figures/<experiment>/::
     results/<experiment>/config.yaml, config/<stage>/<name>.yaml
     results/<experiment>/traces/<trace>/{trace,train,test}.parquet, <part>.truth.npz, describe.json
     results/<experiment>/models/<trace>/{model.pt,evaluation.json,predictions.parquet}
-    results/<experiment>/throughput/<trace>/{throughput.json,decisions.parquet,comm_sweep.csv}
+    results/<experiment>/throughput/<trace>/{throughput.json,decisions.parquet,comm_sweep.csv,
+                                             period_sweep.csv}
     results/<experiment>/traces/<trace>/draw<s>/...    a simulated trace's cluster for run seed s
     results/<experiment>/models/<trace>/draw<s>/model.pt
     results/<experiment>/runs/<trace>/<task>/<policy>/seed<k>/{result.json,metrics.parquet,model.pt}

@@ -99,11 +99,22 @@ class Replay:
     decision_ns: np.ndarray  # (T,) wall-clock time of the policy's work per iteration
     forecast_s: np.ndarray  # (T,) the policy's E[x_(c_t)] when it chose (NaN: no forecast)
     realised_s: np.ndarray  # (T,) x_t,(c_t): the c_t-th smallest run-time of the row
+    worker_s: np.ndarray  # (3,) worker-seconds useful, wasted, idle (``bdsgd.clock``)
 
     @property
     def gradients_per_s(self) -> float:
         """sum c_t / sum duration_t (``bdsgd.cutoff.throughput`` where late workers abandon)."""
         return float(self.cutoffs.sum() / self.durations.sum())
+
+    @property
+    def wasted_fraction(self) -> float:
+        """Of the workers' time n sum_t duration_t, the part spent computing dropped gradients."""
+        return float(self.worker_s[1] / self.worker_s.sum())
+
+    @property
+    def idle_fraction(self) -> float:
+        """Of the workers' time, the part spent waiting for the cutoff and the communication."""
+        return float(self.worker_s[2] / self.worker_s.sum())
 
 
 def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
@@ -126,4 +137,4 @@ def replay_runtimes(runtimes: np.ndarray, policy: Policy, comm: float | np.ndarr
     return Replay(cutoffs, np.array([s.obs.duration for s in steps]),
                   np.array([s.obs.cutoff_time for s in steps]),
                   np.array([s.policy_ns for s in steps], dtype=np.int64),
-                  np.array([s.forecast_s for s in steps]), realised)
+                  np.array([s.forecast_s for s in steps]), realised, clock.worker_s.copy())

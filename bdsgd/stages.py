@@ -25,7 +25,8 @@ STAGE_READS = {
     "evaluate_model": ("experiment", "traces", "policies", "throughput.comm_s",
                        "network"),  # model evaluate
     "throughput": ("experiment", "traces", "seed", "policies", "throughput.comm_s",
-                   "throughput.comm_ratios", "network", "resources.throughput_threads"),
+                   "throughput.comm_ratios", "throughput.decide_every", "throughput.period_policies",
+                   "network", "resources.throughput_threads"),
     "train": ("experiment", "traces", "policies", "throughput.comm_s", "network", "wandb", *_RUN),
     "distributed": ("experiment", "traces", "policies", "wandb", *_RUN),  # bdsgd distributed
 }

@@ -41,7 +41,7 @@ def test_the_answer_states_the_measured_times(table):
     answer = ablations_answer(table)
     assert answer.startswith("On digits (4 workers, median of 2 seeds): ")
     assert "bdsgd+progress reaches 0.5 in 13.2 s (mean cutoff 2.50)" in answer
-    assert "bdsgd+lr-none reaches 0.5 in 0 of 1 seeds only (median: never)" in answer
+    assert "bdsgd+lr-none reaches 0.5 in 0 of 2 seeds only (median: never)" in answer
     assert "no ablation" in ablations_answer(table.iloc[:0])
 
 

@@ -185,3 +185,35 @@ def test_a_ring_has_no_server_for_async_to_push_to(tmp_path):
     with pytest.raises(UserError, match="network.topology: ring has no server for cyclic"):
         train_run(cfg, task="digits", policy="cyclic", seed=0, trace_path=write(tmp_path, np.ones((4, 3))),
                   out_dir=tmp_path / "run")
+
+
+def test_worker_time_under_abandon_by_hand():
+    """x = (1, 2, 4), c = 2, comm 0.5: D = 2.5, the three workers compute 1, 2 and 2.5 (cut,
+    dropped at D); applied 1 + 2, dropped 2.5, idle 1.5 + 0.5. Then (1, 1, 1), c = 3: D = 1.5,
+    applied 3, idle 1.5."""
+    clock = SyncClock(np.full(3, 0.5), "abandon")
+    clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
+    np.testing.assert_allclose(clock.worker_s, [3.0, 2.5, 2.0])
+    clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
+    np.testing.assert_allclose(clock.worker_s, [6.0, 2.5, 3.5])
+
+
+def test_worker_time_under_finish_by_hand():
+    """As above, but worker 2 finishes its cut gradient 1.5 into the next iteration: that
+    iteration (c = 3) waits for its arrival at 2.5, D = 3; applied 3, dropped the stale 1.5,
+    idle 2 + 2 + 0.5."""
+    clock = SyncClock(np.full(3, 0.5), "finish")
+    clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
+    clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
+    np.testing.assert_allclose(clock.worker_s, [6.0, 4.0, 6.5])
+    assert clock.worker_s.sum() == pytest.approx(3 * (2.5 + 3.0))  # n sum_t D_t
+
+
+def test_a_replay_reports_its_idle_and_dropped_fractions():
+    x = np.array([[1.0, 2.0, 4.0], [1.0, 1.0, 1.0]])
+    cfg = make_cfg(static_backups=1)
+    run = replay(from_arrays(x), build.make_policy("static", 3, cfg.policies), 0.5, "abandon")
+    np.testing.assert_array_equal(run.cutoffs, [2, 2])
+    # second iteration: c = 2 of (1, 1, 1): D = 1.5, applied 2, dropped 1 (worker 2), idle 1.5
+    assert run.wasted_fraction == pytest.approx(3.5 / 12.0)
+    assert run.idle_fraction == pytest.approx(3.5 / 12.0)

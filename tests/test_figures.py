@@ -21,15 +21,18 @@ from bdsgd.figures import (
     FIGURES,
     POLICY_COLOURS,
     POLICY_DASHES,
+    common,
+    convergence,
     distributed,
     figure_files,
     inputs,
     render,
+    replay,
 )
 from bdsgd.figures.distributed import agreement, distributed_replay_answer, replay_job
-from bdsgd.figures.inputs import load_distributed
+from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_distributed, load_overhead, load_period_sweep
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
-from bdsgd.figures.stats import median_interval, time_to_target_stats
+from bdsgd.figures.stats import block_ratio_interval, median_interval, time_to_target_stats
 from bdsgd.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
@@ -141,12 +144,21 @@ def results(tmp_path_factory) -> Path:
                 "oracle": None, "explore-bdsgd": "rate"}
     (results / "throughput/sim/throughput.json").write_text(json.dumps({"policies": {
         name: {"rule": rule, "gradients_per_s": 3.0, "relative_to_oracle": 0.9 - 0.1 * i,
-               "mean_cutoff": 3.0, "cutoff_std": 0.5}
-        for i, (name, rule) in enumerate(policies.items())}}))
+               "mean_cutoff": 3.0, "cutoff_std": 0.5, "iteration_rate_cv": 0.1 * i,
+               "cutoff_cv": 0.05 * i, "idle_fraction": 0.3 - 0.04 * i,
+               "wasted_fraction": 0.02 * i, "decision_ms_p50": 0.01 * (i + 1),
+               "decision_ms_p99": 0.03 * (i + 1), "mean_iteration_s": 1.5}
+        for i, (name, rule) in enumerate(policies.items())},
+        "trace": {"n_workers": N_WORKERS, "runtime_median": 1.0, "time_unit": "s"}}))
     # a sampled recorded trace's iteration ids: from 500, every third
-    pd.DataFrame([{"policy": p, "iteration": 500 + 3 * t, "cutoff": 1 + (t + i) % N_WORKERS}
+    pd.DataFrame([{"policy": p, "iteration": 500 + 3 * t, "cutoff": 1 + (t + i) % N_WORKERS,
+                   "duration_s": 1.0 + 0.1 * ((t + i) % N_WORKERS) + 0.01 * (t % 7)}
                   for i, p in enumerate(policies) for t in range(DECISIONS)]).to_parquet(
         results / "throughput/sim/decisions.parquet")
+    pd.DataFrame([{"period": k, "policy": p, "gradients_per_s": 3.0,
+                   "relative_to_oracle": 0.95 if p == "oracle-fixed" else 0.97 - 0.001 * k,
+                   "mean_cutoff": 3.0} for k in (1, 10) for p in ("bdsgd", "oracle-fixed")]
+                 ).to_csv(results / "throughput/sim/period_sweep.csv", index=False)
     pd.DataFrame([{"ratio": ratio, "topology": topology, "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.9, "relative_to_sync": 1.1 - ratio / 10,
                    "mean_cutoff": 3.0}
@@ -246,7 +258,7 @@ def test_every_policy_and_mode_has_its_own_fixed_style():
     assert policy_colour("new-policy") in FALLBACK_COLOURS
     assert policy_colour("new-policy") == policy_colour("new-policy")
     # a family sharing a colour tells apart in bars too
-    hatches = {render._bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
+    hatches = {common.bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
                                                         "explore-bdsgd")}
     assert len(hatches) == 4
 
@@ -260,7 +272,8 @@ def drawn(results):
     _, decisions = render.load_throughput(results)
     predictions = inputs.load_predictions(results)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(render, "save_figure", lambda fig, path: saved.append(fig) or [path])
+        for module in (render, convergence):
+            patch.setattr(module, "save_figure", lambda fig, path: saved.append(fig) or [path])
         for name, draw in (
                 ("time_to_accuracy", lambda p: render.time_to_accuracy(metrics, summary, p)),
                 ("loss_curves", lambda p: render.loss_curves(metrics, p)),
@@ -412,9 +425,9 @@ def test_answers_state_what_was_measured(results):
 
 
 def test_cutoff_changes_by_hand():
-    assert render.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
+    assert convergence.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
         "changes": 0.5, "low": 7, "high": 8, "mean": 7.6}
-    assert render.cutoff_changes(np.array([5]))["changes"] == 0.0
+    assert convergence.cutoff_changes(np.array([5]))["changes"] == 0.0
 
 
 # ----------------------------------------------------------------------------- units, note
@@ -570,3 +583,120 @@ def test_a_damaged_distributed_job_stops_render_all(results, tmp_path, damage, f
     assert err.value.file == str(copy / "distributed/straggler" / file)
     assert err.value.field == field
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_block_ratio_interval_by_hand():
+    """Two blocks of two iterations: ratios (4/2)/(4/2) = 1 and (1/4)/(4/2) = 0.125, sd 0.6187;
+    centred on the whole replay's (5/6)/(8/4) = 0.4167, not on their mean 0.5625; t(1, 0.975) =
+    12.706, so 0.4167 -+ 12.706 x 0.6187 / sqrt(2) = 0.4167 -+ 5.5589."""
+    low, high = block_ratio_interval([2, 2, 1, 0], [1, 1, 2, 2], [2, 2, 2, 2], [1, 1, 1, 1],
+                                     blocks=2)
+    assert (low, high) == pytest.approx((5 / 12 - 5.55893, 5 / 12 + 5.55893), abs=1e-4)
+    same = block_ratio_interval([2, 3] * 20, [1.0, 2.0] * 20, [2, 3] * 20, [1.0, 2.0] * 20)
+    assert same == pytest.approx((1.0, 1.0))
+    assert all(np.isnan(block_ratio_interval([2], [1.0], [2], [1.0])))
+
+
+# ----------------------------------------------------------------------------- the replay's
+def _drawn(results, monkeypatch, draw) -> list:
+    """The figures ``draw(table, decisions, periods, overhead)`` makes, not saved."""
+    figures = []
+    monkeypatch.setattr(replay, "save_figure", lambda fig, path: figures.append(fig) or [path])
+    table, decisions = render.load_throughput(results)
+    draw(table, decisions, load_period_sweep(results), load_overhead(results))
+    return figures
+
+
+def _labelled(ax) -> bool:
+    return bool(ax.get_xlabel() or ax.get_ylabel()) and bool(ax.get_title())
+
+
+def test_throughput_bars_from_zero_with_values_and_intervals(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch,
+                   lambda t, d, p, o: replay.throughput_bars(t, d, tmp_path / "b.png"))
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if p.get_height() > 0]
+    assert len(bars) == 5  # sync, static, bdsgd under each rule, explore-bdsgd: not the oracle
+    assert ax.get_ylim()[0] == 0 and ax.get_ylabel() == "throughput / hindsight oracle"
+    values = sorted(float(t.get_text()) for t in ax.texts)
+    table, _ = render.load_throughput(results)
+    shown = table[~table["policy"].isin(["oracle", "async"])]["relative_to_oracle"]
+    assert values == sorted(round(v, 3) for v in shown)
+    assert sum(len(line.get_xdata()) == 2 for line in ax.get_lines()) >= len(bars)  # whiskers
+    render.plt.close(fig)
+
+
+def test_throughput_over_time_a_panel_per_policy(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: replay.throughput_over_time(
+        d, {"sim": "s"}, tmp_path / "o.png"))
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == 5  # sync, static, bdsgd, oracle, explore-bdsgd (default rule)
+    assert all(_labelled(ax) for ax in panels)
+    assert "accepted gradients / s" in panels[0].get_ylabel()
+    for ax in panels:
+        policy = ax.get_title().split(": ")[1].split("\n")[0]
+        assert ax.get_lines()[1].get_color() == policy_colour(policy)
+    render.plt.close(fig)
+
+
+def test_worker_time_and_its_answer(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch,
+                   lambda t, d, p, o: replay.worker_time(t, tmp_path / "w.png"))
+    ax = fig.axes[0]
+    assert _labelled(ax) and len(ax.get_yticklabels()) == 6  # the oracle too
+    assert any("idle 30.0%" in t.get_text() for t in ax.texts)  # sync: idle 0.3
+    table, _ = render.load_throughput(results)
+    answer = replay.worker_time_answer(table)
+    assert "30.0% of their time under sync" in answer and "under oracle" in answer
+    render.plt.close(fig)
+
+
+def test_period_sweep_lines_and_the_fixed_reference(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch,
+                   lambda t, d, p, o: replay.period_sweep(p, tmp_path / "p.png"))
+    ax = fig.axes[0]
+    labels = {line.get_label(): line for line in ax.get_lines()}
+    assert set(labels) == {"bdsgd", "oracle-fixed (c = 3)"}
+    assert list(labels["bdsgd"].get_xdata()) == [1, 10] and _labelled(ax)
+    answer = replay.period_sweep_answer(load_period_sweep(results))
+    assert "bdsgd goes from 0.969" in answer and "to 0.960 every 10" in answer
+    assert "best fixed cutoff in hindsight reaches 0.950" in answer
+    render.plt.close(fig)
+
+
+def test_decision_overhead_against_the_iteration(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: replay.decision_overhead(
+        o, None, tmp_path / "d.png"))
+    ax = fig.axes[0]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(dots) == 5 and ax.get_yscale() == "log" and _labelled(ax)
+    # sync's median: 0.01 ms of a 1.5 s iteration, in its colour
+    [sync] = [d for d in dots if d.get_label() == "sync"]
+    assert sync.get_color() == policy_colour("sync")
+    assert sync.get_ydata()[0] == pytest.approx(0.01e-3 / 1.5)
+    overhead = load_overhead(results)
+    assert "explore-bdsgd's" in replay.decision_overhead_answer(overhead, None)
+    # a normalised trace: its median run-time is one gradient time
+    normalised = overhead.assign(time_unit="normalised 0-1000", runtime_median=500.0)
+    seconds = replay.iteration_seconds(normalised, 0.05)
+    assert seconds.tolist() == pytest.approx([1.5 * 0.05 / 500] * len(overhead))
+    assert replay.iteration_seconds(normalised, None).isna().all()
+    render.plt.close(fig)
+
+
+def test_throughput_answers_state_the_fixture(results):
+    table, decisions = render.load_throughput(results)
+    answer = replay.throughput_answer(table, decisions)
+    assert answer.startswith("On sim, sync reaches 0.900") and "static reaches 0.800" in answer
+    over_time = replay.throughput_over_time_answer(decisions)
+    cv = replay.variability(decisions).set_index("policy")
+    assert f"{cv.loc['bdsgd', 'rate_cv']:.2f} under bdsgd" in over_time
+
+
+def test_throughput_summary_appends_the_replay_measures(rendered):
+    table = pd.read_csv(rendered[0] / "throughput_summary.csv")
+    assert list(table.columns) == THROUGHPUT_COLUMNS
+    assert THROUGHPUT_COLUMNS[:7] == ["trace", "policy", "rule", "gradients_per_s",
+                                      "relative_to_oracle", "mean_cutoff", "cutoff_std"]
+    assert table.set_index("policy").loc["sync", "idle_fraction"] == 0.3
+    assert not any(c.startswith("decision_ms") for c in table.columns)  # wall-clock: kept out

@@ -23,6 +23,11 @@ FIGURES = {
     "training_cutoff": ("training_cutoff.png", "training_cutoff.rst", "Convergence"),
     "cutoff_over_time": ("cutoff_over_time.png", "cutoff_over_time.rst", "Policies"),
     "throughput": ("throughput.png", "throughput.rst", "Policies"),
+    "throughput_over_time": ("throughput_over_time.png", "throughput_over_time.rst", "Policies"),
+    "worker_time": ("worker_time.png", "worker_time.rst", "Policies"),
+    "period_sweep_summary": ("period_sweep.csv", "period_sweep_summary.rst", "Tables"),
+    "period_sweep": ("period_sweep.png", "period_sweep.rst", "Policies"),
+    "decision_overhead": ("decision_overhead.png", "decision_overhead.rst", "Policies"),
     "comm_sweep_summary": ("comm_sweep.csv", "comm_sweep_summary.rst", "Tables"),
     "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
     "censoring": ("censoring.png", "censoring.rst", "Policies"),
@@ -57,13 +62,14 @@ POLICY_COLOURS = {
     "bayes": "#CC79A7",  # reddish purple
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#000000",
+    "oracle-fixed": "#000000",  # the best single cutoff in hindsight
     "async": "#56B4E9",  # the training modes, dashed
     "cyclic": "#E69F00",
 }
 # The line style of a policy that is not solid: the second (dashed) and third (dotted) of a
 # colour.
 POLICY_DASHES = {"static": "--", "persist": "--", "bdsgd-model": "--", "bdsgd-paper": ":",
-                 "oracle-myopic": "--", "async": "--", "cyclic": "--"}
+                 "oracle-myopic": "--", "oracle-fixed": ":", "async": "--", "cyclic": "--"}
 FALLBACK_COLOURS = ("#332288", "#117733", "#44AA99", "#882255", "#999933", "#AA4499")
 EXPLORE_PREFIX = "explore-"
 # <policy>+<variant>: the policy trained with other train: keys (bdsgd.policies.VARIANTS), an arm

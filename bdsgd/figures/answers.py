@@ -17,7 +17,9 @@ import pandas as pd
 # key -> (reviewer, question, the figure that answers it)
 QUESTIONS = {
     "throughput_variance": ("R1", "Why does BDSGD's throughput vary more than Chen et al.'s?",
-                            "throughput"),
+                            "throughput_over_time"),
+    "throughput": ("R1, R2", "How close does each policy come to the hindsight optimum?",
+                   "throughput"),
     "communication": ("R1", "What if communication is expensive, or the server sharded?",
                       "comm_sweep"),
     "censoring": ("R1", "Does imputing censored run-times bias the model, and does it matter "
@@ -25,6 +27,11 @@ QUESTIONS = {
     "data_value": ("R1, R3", "Can the model adapt from censored data; does letting stragglers "
                    "finish (or exploring) help?", "data_value"),
     "cutoff_evolution": ("R2", "How does the cutoff evolve over time?", "cutoff_over_time"),
+    "fixed_cutoff": ("R2", "Would a fixed cutoff, or deciding less often, do?", "period_sweep"),
+    "decision_overhead": ("R2", "What does a decision cost against the gradient time, by n?",
+                          "decision_overhead"),
+    "idle_time": ("R3", "How much worker time is idle, and what do Chen et al.'s backup workers "
+                  "save?", "worker_time"),
     "cutoff_in_training": ("R2", "Which cutoffs do the policies choose while training?",
                            "training_cutoff"),
     "time_to_accuracy": ("R1, R2", "Does a higher throughput reach the target accuracy sooner?",

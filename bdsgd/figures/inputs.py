@@ -30,15 +30,22 @@ SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy
                    "gradients_per_s", "mean_cutoff", "iterations", "virtual_time_s",
                    "target_accuracy", "final_test_loss", "mean_staleness", "n_workers", "trace"]
 THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
-                      "mean_cutoff", "cutoff_std"]
+                      "mean_cutoff", "cutoff_std", "iteration_rate_cv", "cutoff_cv",
+                      "idle_fraction", "wasted_fraction"]
 COMM_SWEEP_COLUMNS = ["trace", "ratio", "topology", "policy", "gradients_per_s",
                       "relative_to_oracle", "relative_to_sync", "mean_cutoff"]
 # Metrics columns that older runs do not have: read as NaN (unavailable) there.
 OPTIONAL_METRICS = ("gradients", "staleness")
 # What the figures draw from each kind of table.
 METRICS = ("iteration", "virtual_time_s", "cutoff", "train_loss", "test_accuracy")
-DECISIONS = ("policy", "iteration", "cutoff")
-ABLATED = ("duration_s", "forecast_s", "realised_s")  # and, of an ablation's decisions
+DECISIONS = ("policy", "iteration", "cutoff", "duration_s")
+ABLATED = ("forecast_s", "realised_s")  # and, of an ablation's decisions
+PERIOD_SWEEP_COLUMNS = ["trace", "period", "policy", "gradients_per_s", "relative_to_oracle",
+                        "mean_cutoff"]
+# Per policy and trace: the decision latencies (wall-clock, kept out of the tables), the
+# iteration they are measured against, and what the trace says about its run-times.
+OVERHEAD_COLUMNS = ["trace", "policy", "decision_ms_p50", "decision_ms_p99", "mean_iteration_s",
+                    "n_workers", "runtime_median", "time_unit"]
 PREDICTIONS = ("order", "iteration", "predicted_mean", "lo90", "hi90", "realised")
 DISTRIBUTED_METRICS = ("iteration", "wall_time_s", "cutoff")
 DISTRIBUTED_REPLAY = ("iteration", "virtual_s", "replay_cutoff", "replay_s")
@@ -100,17 +107,24 @@ def virtual_time_unit(path: Path) -> str:
     return str(meta.get("time_unit", "s"))
 
 
-def load_note(results_dir: Path) -> str | None:
-    """The experiment's figure_note (results/<experiment>/config.yaml, the whole config as the
-    workflow records it): the line printed under every figure; None without one."""
+def _config(results_dir: Path) -> dict:
+    """The experiment's config as the workflow records it (results/<experiment>/config.yaml);
+    empty where there is none."""
     path = Path(Layout(str(results_dir)).config())
     if not path.is_file():
-        return None
+        return {}
     try:
         data = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise UserError(str(path), "-", f"damaged: not valid YAML ({exc})") from None
-    note = data.get("figure_note") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def load_note(results_dir: Path) -> str | None:
+    """The experiment's figure_note (results/<experiment>/config.yaml, the whole config as the
+    workflow records it): the line printed under every figure; None without one."""
+    path, data = Path(Layout(str(results_dir)).config()), _config(results_dir)
+    note = data.get("figure_note")
     if note is not None and not isinstance(note, str):
         raise UserError(str(path), "figure_note", f"not a string: {note!r}")
     return note or None
@@ -175,25 +189,70 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, pd.concat(decisions, ignore_index=True)
 
 
-def load_comm_sweep(results_dir: Path) -> pd.DataFrame:
-    """Every trace's communication sweep (``bdsgd.throughput.comm_sweep``), one row per ratio x
-    topology x policy, with its trace."""
+def _sweeps(results_dir: Path, file: str, columns: list[str]) -> pd.DataFrame:
+    """Every trace's table ``file`` beside its throughput.json, with ``columns`` (the first:
+    trace, which it gets)."""
     layout, frames = Layout(str(results_dir)), []
     for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
-        csv = path.with_name("comm_sweep.csv")  # beside throughput.json (Layout.throughput)
+        csv = path.with_name(file)  # beside throughput.json (Layout.throughput)
         if not csv.is_file():
             raise UserError(str(csv), "-", "file missing")
         try:
             frame = pd.read_csv(csv)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise UserError(str(csv), "-", f"damaged: not a CSV table ({exc})") from None
-        missing = [c for c in COMM_SWEEP_COLUMNS[1:] if c not in frame.columns]
+        missing = [c for c in columns[1:] if c not in frame.columns]
         if missing:
             raise UserError(str(csv), missing[0], f"column missing (have {list(frame.columns)})")
         if frame.empty:
             raise UserError(str(csv), "-", "no rows")
-        frames.append(frame.assign(trace=path.parent.name)[COMM_SWEEP_COLUMNS])
+        frames.append(frame.assign(trace=path.parent.name)[columns])
     return pd.concat(frames, ignore_index=True)
+
+
+def load_comm_sweep(results_dir: Path) -> pd.DataFrame:
+    """Every trace's communication sweep (``bdsgd.throughput.comm_sweep``), one row per ratio x
+    topology x policy, with its trace."""
+    return _sweeps(results_dir, "comm_sweep.csv", COMM_SWEEP_COLUMNS)
+
+
+def load_period_sweep(results_dir: Path) -> pd.DataFrame:
+    """Every trace's re-decision period sweep (``bdsgd.throughput.period_sweep``), one row per
+    period x policy, with its trace."""
+    return _sweeps(results_dir, "period_sweep.csv", PERIOD_SWEEP_COLUMNS)
+
+
+def load_overhead(results_dir: Path) -> pd.DataFrame:
+    """Per trace and policy of every throughput.json (default rule; async, which decides
+    nothing, left out): OVERHEAD_COLUMNS."""
+    rows, layout = [], Layout(str(results_dir))
+    for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
+        trace = read_json(path, "trace")
+        for key in ("n_workers", "runtime_median"):
+            if not isinstance(trace.get(key), numbers.Real):
+                raise UserError(str(path), f"trace.{key}", f"missing or not a number: "
+                                f"{trace.get(key)!r}")
+        for name, entry in read_json(path, "policies").items():
+            if "/" in name or name == "async":
+                continue
+            for key in OVERHEAD_COLUMNS[2:5]:
+                if not isinstance(entry.get(key), numbers.Real):
+                    raise UserError(str(path), f"policies.{name}.{key}",
+                                    f"missing or not a number: {entry.get(key)!r}")
+            rows.append({"trace": path.parent.name, "policy": name,
+                         **{k: entry[k] for k in OVERHEAD_COLUMNS[2:5]},
+                         "n_workers": trace["n_workers"], "runtime_median": trace["runtime_median"],
+                         "time_unit": str(trace.get("time_unit", "s"))})
+    return pd.DataFrame(rows, columns=OVERHEAD_COLUMNS)
+
+
+def gradient_s(results_dir: Path) -> float | None:
+    """The experiment's train.gradient_s (seconds of one worker batch, which a trace in
+    normalised units is scaled to; results/<experiment>/config.yaml), or None where it sets
+    none."""
+    train = _config(results_dir).get("train")
+    value = train.get("gradient_s") if isinstance(train, dict) else None
+    return float(value) if isinstance(value, numbers.Real) and value > 0 else None
 
 
 def load_replay_ablations(results_dir: Path) -> list[tuple[str, str, str, dict, pd.DataFrame]]:

@@ -4,14 +4,14 @@ builds one for a run, with every check.
 Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model averaged
 with simple predictors, ``policies.averaging``), bdsgd-model (the model alone) and bdsgd-paper
 (Teng & Wood's own: the model trained their way, ``PAPER_MODEL``, their ratio rule, no margin),
-each needing a run-time model, bayes (needs the simulator's truth), oracle and
-oracle-myopic (need the future run-times: references only), static-<p>pct (Chen et al.'s
-backup workers at p % of n, for their sweep beside ``static``'s configured count),
-explore-<name> around any causal one, and <name>+<variant> (``VARIANTS``): a policy trained under
-other train: settings, an arm of its own beside the plain one. ``async`` and ``cyclic`` are
-training modes, not cutoff policies (``bdsgd.schedules.MODES``). The CLI, the trainers and the
-workflow ask ``spec`` and nothing else whether a policy needs a model, the truth or a warm-up
-history.
+each needing a run-time model, bayes (needs the simulator's truth), oracle, oracle-myopic and
+oracle-fixed (the best single cutoff in hindsight; all three need the future run-times:
+references only), static-<p>pct (Chen et al.'s backup workers at p % of n, for their sweep
+beside ``static``'s configured count), explore-<name> around any causal one, and
+<name>+<variant> (``VARIANTS``): a policy trained under other train: settings, an arm of its own
+beside the plain one. ``async`` and ``cyclic`` are training modes, not cutoff policies
+(``bdsgd.schedules.MODES``). The CLI, the trainers and the workflow ask ``spec`` and nothing
+else whether a policy needs a model, the truth or a warm-up history.
 
 This module imports none of its submodules (they import ``RULES`` from it): the CLI's --help and
 every workflow parse read the registry without loading scipy or torch.
@@ -59,6 +59,7 @@ SPECS = {
     "bayes": Spec(predictive=True, needs_truth=True),
     "oracle": Spec(needs_future=True),
     "oracle-myopic": Spec(needs_future=True),
+    "oracle-fixed": Spec(needs_future=True),
 }
 NAMES = tuple(SPECS)
 

@@ -168,13 +168,15 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     (bdsgd, bdsgd-model); ``truth`` the simulator's latent state (bayes), whose iteration
     ``offset`` is the first one replayed. ``objective`` (train.objective) and ``batch`` (samples
     per worker) are for the predictive policies (bdsgd.policies.progress); the others ignore
-    them."""
+    them. A predictive policy decides every ``cfg.decide_every`` iterations (``Periodic``;
+    inside explore-<p>'s wrapper, which may still wait for every worker on any iteration)."""
     # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
     # and every workflow parse read the registry only.
-    from bdsgd.cutoff import hindsight_optimum, myopic_optimum
+    from bdsgd.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum
     from bdsgd.policies.base import PredictivePolicy
     from bdsgd.policies.baselines import Scripted, Static, Sync
     from bdsgd.policies.explore import Explore
+    from bdsgd.policies.periodic import Periodic
     from bdsgd.policies.progress import OBJECTIVES
 
     need = spec(name)
@@ -201,12 +203,15 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         return Scripted(name, hindsight_optimum(np.sort(runtimes, axis=1), comm)[0])
     if name == "oracle-myopic":
         return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm))
+    if name == "oracle-fixed":
+        return Scripted(name, [fixed_optimum(np.sort(runtimes, axis=1), comm)[0]])
     predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset)
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics;
     # the paper's BDSGD has none
     min_gain = cfg.min_gain if need.learns and not need.paper else 0.0
-    return PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife, min_gain,
-                            objective, batch, lr_scaling)
+    policy = PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife,
+                              min_gain, objective, batch, lr_scaling)
+    return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
 
 def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model, truth,
