@@ -17,7 +17,10 @@ tau_t + comm(c) (``bdsgd.network``). What becomes of the workers it did not wait
               al.'s backup workers, and the throughput the hindsight optimum assumes);
     finish    they complete it (the server drops it as stale) and start the next one late:
               d_t+1,w = max(0, a_t,w - tau_t - comm(c)), as in TensorFlow's
-              SyncReplicasOptimizer. A late gradient that arrives before the next decision
+              SyncReplicasOptimizer. A worker still busy all through iteration t
+              (d_t,w >= tau_t + comm(c)) never started its gradient: it owes only the old one,
+              d_t+1,w = d_t,w - tau_t - comm(c), and then starts on the parameters of the
+              iteration it finishes in, one gradient at a time. A late gradient that arrives before the next decision
               (a_t,w <= tau_t + comm(c)) shows the server that worker's run-time: the
               observation carries it (``Observation.late``) instead of a censored value.
 
@@ -117,7 +120,10 @@ class SyncClock:
         self.worker_s += (useful, computing.sum() - useful, (obs.duration - computing).sum())
         if self.late == "abandon":
             return obs
-        self.busy = np.maximum(arrival - obs.duration, 0.0)
+        # a worker busy with a stale gradient all through the iteration never started this one's
+        started = self.busy < obs.duration
+        self.busy = np.where(started, np.maximum(arrival - obs.duration, 0.0),
+                             self.busy - obs.duration)
         late = ~obs.accepted & (arrival <= obs.duration)
         seen = np.where(late, arrival, obs.runtimes)
         return Observation(obs.t, obs.cutoff, seen, obs.cutoff_time, obs.comm_s, late)

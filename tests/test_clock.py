@@ -217,3 +217,15 @@ def test_a_replay_reports_its_idle_and_dropped_fractions():
     # second iteration: c = 2 of (1, 1, 1): D = 1.5, applied 2, dropped 1 (worker 2), idle 1.5
     assert run.wasted_fraction == pytest.approx(3.5 / 12.0)
     assert run.idle_fraction == pytest.approx(3.5 / 12.0)
+
+
+def test_a_late_worker_owes_one_gradient_at_most():
+    """Under finish, a worker 5x slower than the cutoff's iterations works on one gradient at a
+    time: busy through an iteration, it never starts that iteration's, so its lag stays below
+    its run-time and waiting for it costs at most two of its gradients, however long it was cut."""
+    clock = SyncClock(np.zeros(3), "finish")
+    x = np.array([1.0, 1.0, 5.0])
+    for t in range(50):
+        clock.iteration(t, x, 2)
+        assert clock.busy[2] < 5.0, t
+    assert clock.iteration(50, x, 3).duration <= 10.0

@@ -10,12 +10,13 @@ import zipfile
 import pytest
 
 from bdsgd.figures import FIGURES
+from bdsgd.figures.answers import markers
 from bdsgd.traces import TRACE_FIGURES
 from tests.helpers import REPO, snakemake
 
 CAPTIONS = REPO / "workflow/report"
 # The report's categories in the order of the DAG's stages (it sorts them by name: numbered).
-STAGES = ("Traces", "Run-time model", "Policies", "Convergence", "Tables")
+STAGES = ("Reviewer questions", "Traces", "Run-time model", "Policies", "Convergence", "Tables")
 
 
 def test_every_caption_belongs_to_a_figure():
@@ -53,4 +54,11 @@ def test_the_report_holds_every_figure_and_table_with_its_caption_by_stage(tiny_
               for paths in subcategories.values() for path in paths}
     numbered = {stage: f"{i}. {stage}" for i, stage in enumerate(STAGES, 1)}
     assert placed == {path: numbered[category] for path, category in expected.items()}
-    assert set(categories["1. Traces"]) == {"all traces", *cfg["traces"]}
+    assert set(categories["2. Traces"]) == {"all traces", *cfg["traces"]}
+    # a caption states its figure's measured answer: answers.rst's section, included
+    answers = (workdir / "figures/tiny/answers.rst").read_text()
+    for figure in ("comm_sweep", "censoring", "time_to_accuracy"):
+        start, end = markers(figure)
+        measured = answers.split(start)[1].split(end)[0].split()
+        caption = results[f"figures/tiny/{FIGURES[figure][0]}"]["caption"]
+        assert " ".join(measured[:6]) in " ".join(re.sub("<[^>]+>", "", caption).split()), figure
