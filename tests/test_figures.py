@@ -19,9 +19,13 @@ from bdsgd.figures import (
     FIGURES,
     POLICY_COLOURS,
     POLICY_DASHES,
+    common,
+    convergence,
+    cutoffs,
     figure_files,
     inputs,
     render,
+    runtimes,
 )
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
 from bdsgd.figures.stats import median_interval, time_to_target_stats
@@ -193,7 +197,7 @@ def test_every_policy_and_mode_has_its_own_fixed_style():
     assert policy_colour("new-policy") in FALLBACK_COLOURS
     assert policy_colour("new-policy") == policy_colour("new-policy")
     # a family sharing a colour tells apart in bars too
-    hatches = {render._bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
+    hatches = {common.bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
                                                         "explore-bdsgd")}
     assert len(hatches) == 4
 
@@ -207,7 +211,8 @@ def drawn(results):
     _, decisions = render.load_throughput(results)
     predictions = inputs.load_predictions(results)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(render, "save_figure", lambda fig, path: saved.append(fig) or [path])
+        for module in (convergence, cutoffs, runtimes):
+            patch.setattr(module, "save_figure", lambda fig, path: saved.append(fig) or [path])
         for name, draw in (
                 ("time_to_accuracy", lambda p: render.time_to_accuracy(metrics, summary, p)),
                 ("loss_curves", lambda p: render.loss_curves(metrics, p)),
@@ -326,8 +331,8 @@ def test_model_predictions_show_the_orders_the_decision_reads(drawn):
 
 
 def test_shown_orders_and_unit_labels():
-    assert render.shown_orders([1, 2, 3, 4, 5, 6, 7, 8]) == [6, 7, 8]
-    assert render.shown_orders([2, 4]) == [2, 4]
+    assert runtimes.shown_orders([1, 2, 3, 4, 5, 6, 7, 8]) == [6, 7, 8]
+    assert runtimes.shown_orders([2, 4]) == [2, 4]
     assert unit_label("s") == "s"
     # a unit that states a range its values may leave names no range
     assert unit_label("normalised 0-1000") == "normalised units"
@@ -341,24 +346,24 @@ def test_answers_state_what_was_measured(results):
     # bdsgd's seeds reach 0.5 at iteration 15 at 1.0 and 1.1 s an iteration: median 15.75;
     # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
     # explore-bdsgd's one seed at 25 s; async's second seed never does
-    assert render.time_to_accuracy_answer(summary) == (
+    assert convergence.time_to_accuracy_answer(summary) == (
         "On digits, bdsgd reaches the target first (median 15.8 over 2 seeds). On digits on "
         "sim, explore-bdsgd reaches the target first (median 25 over 1 seed; sync 40).")
-    assert render.cutoff_over_time_answer(decisions) == (
+    assert cutoffs.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
         "oracle changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5) of n = 4.")
-    assert render.training_cutoff_answer(metrics) == (
+    assert cutoffs.training_cutoff_answer(metrics) == (
         "During training on digits, bdsgd's cutoff ranges 2-3 (mean 2.5) and changes on 100% "
         "of iterations (mean over 2 seeds).")
-    assert render.model_predictions_answer(predictions) == (
+    assert runtimes.model_predictions_answer(predictions) == (
         "On sim, the realised x_(c) fell inside the 90% prediction interval on 75% of held-out "
         "iterations for c = 2..4 (c = 2: 75%, c = 3: 75%, c = 4: 75%).")
 
 
 def test_cutoff_changes_by_hand():
-    assert render.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
+    assert cutoffs.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
         "changes": 0.5, "low": 7, "high": 8, "mean": 7.6}
-    assert render.cutoff_changes(np.array([5]))["changes"] == 0.0
+    assert cutoffs.cutoff_changes(np.array([5]))["changes"] == 0.0
 
 
 # ----------------------------------------------------------------------------- units, note
