@@ -346,9 +346,9 @@ def test_answers_state_what_was_measured(results):
     # bdsgd's seeds reach 0.5 at iteration 15 at 1.0 and 1.1 s an iteration: median 15.75;
     # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
     # explore-bdsgd's one seed at 25 s; async's second seed never does
-    assert convergence.time_to_accuracy_answer(summary) == (
-        "On digits, bdsgd reaches the target first (median 15.8 over 2 seeds). On digits on "
-        "sim, explore-bdsgd reaches the target first (median 25 over 1 seed; sync 40).")
+    assert convergence.time_to_accuracy_answer(metrics, summary) == (
+        "On digits, bdsgd reaches the target first (median 15.8 s over 2 seeds). On digits on "
+        "sim, explore-bdsgd reaches the target first (median 25 s over 1 seed; sync 40 s).")
     assert cutoffs.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
         "oracle changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5) of n = 4.")

@@ -88,9 +88,10 @@ def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -
     return save_figure(fig, path)
 
 
-def time_to_accuracy_answer(summary: pd.DataFrame) -> str:
+def time_to_accuracy_answer(metrics: pd.DataFrame, summary: pd.DataFrame) -> str:
     """Which policy reaches the target first, per task and trace, measured: the fastest median
-    time to target over seeds (of the policies every seed of which reached it) and sync's."""
+    time to target over seeds (of the policies every seed of which reached it), and bdsgd's and
+    sync's, in the runs' virtual-time unit."""
     sentences = []
     for (task, trace), stats in time_to_target_stats(summary).groupby(["task", "trace"]):
         done = stats[stats["reached"] == stats["seeds"]].sort_values("median")
@@ -98,11 +99,14 @@ def time_to_accuracy_answer(summary: pd.DataFrame) -> str:
         if done.empty:
             sentences.append(f"On {where} no policy reached the target in every seed.")
             continue
-        best, sync = done.iloc[0], stats[stats["policy"] == "sync"]
+        unit = time_label(of(metrics, (task, trace)))
+        best = done.iloc[0]
         text = (f"On {where}, {best.policy} reaches the target first (median {best['median']:.3g} "
-                f"over {best.seeds} seed{'s' if best.seeds > 1 else ''}")
-        if not sync.empty and best.policy != "sync":
-            text += f"; sync {sync['median'].iloc[0]:.3g}"
+                f"{unit} over {best.seeds} seed{'s' if best.seeds > 1 else ''}")
+        for other in ("bdsgd", "sync"):
+            row = stats[stats["policy"] == other]
+            if not row.empty and other != best.policy:
+                text += f"; {other} {row['median'].iloc[0]:.3g} {unit}"
         sentences.append(text + ").")
     return " ".join(sentences)
 
