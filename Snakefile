@@ -22,6 +22,7 @@ include: "workflow/rules/config.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/runtime_model.smk"
 include: "workflow/rules/throughput.smk"
+include: "workflow/rules/ablations.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/distributed.smk"
 include: "workflow/rules/figures.smk"
@@ -37,6 +38,8 @@ wildcard_constraints:
     seed=r"\d+",
     job=one_of(DIST),
     stage=one_of(STAGES),
+    censoring=one_of(CENSORING),
+    late=one_of(LATE),
     name="[^/]+",
 
 

@@ -10,9 +10,10 @@ import argparse
 import sys
 
 from bdsgd import commands, flags
-from bdsgd.config import TASKS
+from bdsgd.config import CENSORING, LATE
 from bdsgd.errors import reader_left, run_entry_point
-from bdsgd.policies import RULES, SPECS
+from bdsgd.policies import RULES, SPECS, VARIANTS
+from bdsgd.schema import TASKS
 
 
 def _policy_help() -> str:
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="prefix of the figure files (default: the trace file's stem)")
     p.add_argument("--out", required=True, help="folder for <name>_runtime_cdf, <name>_heatmap "
                                                 "and <name>_cov, each as .png and .pdf")
-    p.add_argument("--note", default=None, help="a line printed under every figure (the "
+    p.add_argument("--note", default=None, help="a line printed over every figure (the "
                    "experiment's figure_note, e.g. that it is smoke scale); default: none")
     p.set_defaults(func=commands.cmd_traces_plot)
 
@@ -85,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", required=True, help="first part, written as a trace")
     p.add_argument("--test", required=True, help="second part, written as a trace")
     p.set_defaults(func=commands.cmd_traces_split)
+
+    p = tsub.add_parser("censor", help="the trace as a server with backup workers records it: "
+                        "each iteration's slowest run-times censored at the cutoff")
+    p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
+    p.add_argument("--backups", type=flags.positive_float, required=True,
+                   help="backup workers b (as policies.static_backups: from 1 a count, below 1 "
+                        "a fraction of n): the cutoff is x_(n - b)")
+    p.add_argument("--out", required=True, help="censored trace to write")
+    p.set_defaults(func=commands.cmd_traces_censor)
 
     # model ...
     model = sub.add_parser("model", help="train, evaluate and sample the BDSGD run-time model")
@@ -102,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper", action="store_true", help="train Teng & Wood's model, the one "
                    "bdsgd-paper reads: Gaussian emission, censored run-times imputed "
                    "(policies.PAPER_MODEL over the config's model:)")
+    p.add_argument("--censoring", choices=CENSORING,
+                   help="override model.censoring: how censored run-times are scored")
     p.set_defaults(func=commands.cmd_model_train)
 
     p = msub.add_parser("evaluate", help="held-out likelihood, interval coverage and policy throughput")
@@ -144,11 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also replay every cutoff policy on networks from negligible to dominant "
                         "communication (throughput.comm_ratios; single, sharded server and ring) "
                         "and write the table (CSV)")
+    p.add_argument("--period-sweep", metavar="CSV",
+                   help="also replay throughput.period_policies deciding every k-th iteration, "
+                        "for each k of throughput.decide_every, beside the best fixed cutoff in "
+                        "hindsight, and write the table (CSV)")
     p.add_argument("--history", metavar="TRACE",
                    help="the same run's earlier iterations (e.g. the training part): policies "
                         "that learn from observations see them first, instead of starting cold")
     p.add_argument("--threads", type=flags.positive_int, help="torch threads of the replay, recorded "
                    "beside its decision times (default: the config's resources.throughput_threads, else 1)")
+    p.add_argument("--late", choices=LATE,
+                   help="override network.late: whether the workers a cutoff leaves out drop "
+                        "their gradient or finish it (and show the server their run-time)")
     p.set_defaults(func=commands.cmd_throughput)
 
     # train
@@ -159,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", required=True,
                    help="cutoff policy (see 'bdsgd throughput --help'), or a training mode: async "
                         "(each gradient applied on arrival) or cyclic (workers push their "
-                        "accumulated gradients in turn, skipped while they have none)")
+                        "accumulated gradients in turn, skipped while they have none); "
+                        "<policy>+<variant> trains a cutoff policy with the train: keys of its "
+                        f"variant ({', '.join(VARIANTS)}), an ablation arm")
     p.add_argument("--seed", type=flags.seed, required=True, help="seed of data order, init and policy")
     p.add_argument("--trace", required=True, help="trace whose run-times drive the virtual clock")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
@@ -184,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
     p.add_argument("--paper-model", help="the paper's run-time model (needed by bdsgd-paper: "
                    "'bdsgd model train --paper')")
-    p.add_argument("--late", choices=["abandon", "finish"], default="abandon",
+    p.add_argument("--late", choices=LATE, default="abandon",
                    help="what a worker that missed the cutoff does: drop its work when new "
                         "parameters arrive, or finish it (the server records its run-time)")
     p.add_argument("--inject-straggler", metavar="WORKER:FACTOR",
@@ -203,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a worker silent this long counts as dead")
     p.add_argument("--seed", type=flags.seed, default=0, help="seed of data order, init and policy")
     p.add_argument("--json", required=True,
-                   help="result to write (JSON); the metrics and the recorded trace go beside it")
+                   help="result to write (JSON); the metrics, the recorded trace and the virtual "
+                        "clock's replay of it go beside it")
     p.set_defaults(func=commands.cmd_distributed)
 
     # plan

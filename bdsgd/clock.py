@@ -23,6 +23,13 @@ tau_t + comm(c) (``bdsgd.network``). What becomes of the workers it did not wait
 
 Under ``finish`` the server measures a worker's run-time from the iteration's start, so a late
 start counts in it: the policy forecasts arrivals, which are what the cutoff waits for.
+
+**Worker-time.** An iteration of duration D = tau_t + comm(c_t) offers n D worker-seconds.
+Worker w computes for min(a_t,w, D) of them: its x_t,w is useful if its gradient is applied;
+the rest of its computing is wasted (a gradient that is cut, abandoned or finished late, and
+under ``finish`` the d_t,w spent on a stale one); it idles for D - min(a_t,w, D), waiting for
+the cutoff and the communication. ``SyncClock.worker_s`` sums (useful, wasted, idle) over the
+iterations it ran; they add up to n sum_t D_t.
 """
 
 from __future__ import annotations
@@ -99,14 +106,29 @@ class SyncClock:
             raise ValueError(f"unknown late mode {late!r}; choose from {LATE}")
         self.comm, self.late = np.asarray(comm, dtype=float), late
         self.busy = np.zeros(len(self.comm))  # d_t,w
+        self.worker_s = np.zeros(3)  # worker-seconds (useful, wasted, idle) so far
 
     def iteration(self, t: int, x: np.ndarray, c: int) -> Observation:
         """Iteration t on run-times x (n,) with cutoff c: what the server sees."""
         arrival = self.busy + x
         obs = observation(t, arrival, c, float(self.comm[c - 1]))
+        computing = np.minimum(arrival, obs.duration)
+        useful = float(x[obs.observed].sum())  # the accepted workers' own run-times
+        self.worker_s += (useful, computing.sum() - useful, (obs.duration - computing).sum())
         if self.late == "abandon":
             return obs
         self.busy = np.maximum(arrival - obs.duration, 0.0)
         late = ~obs.accepted & (arrival <= obs.duration)
         seen = np.where(late, arrival, obs.runtimes)
         return Observation(obs.t, obs.cutoff, seen, obs.cutoff_time, obs.comm_s, late)
+
+
+def replay_cutoffs(runtimes: np.ndarray, cutoffs: np.ndarray, comm: np.ndarray,
+                   late: str = "abandon") -> np.ndarray:
+    """Each iteration's duration tau_t + comm(c_t) on the virtual clock when iteration t waits
+    for the recorded cutoff c_t: run-times (T, n) rows cycled, comm(c) for c = 1..n, late workers
+    ``late``. How a real run's record is replayed (``bdsgd.figures.distributed``,
+    benchmarks/clock_fidelity.py)."""
+    clock = SyncClock(comm, late)
+    return np.array([clock.iteration(t, runtimes[t % len(runtimes)], int(c)).duration
+                     for t, c in enumerate(cutoffs)])

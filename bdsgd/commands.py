@@ -103,6 +103,18 @@ def cmd_traces_split(args):
           f"{test.n_iterations} -> {args.test}")
 
 
+def cmd_traces_censor(args):
+    from bdsgd.policies.baselines import Static
+    from bdsgd.traces.io import read_trace, write_trace
+
+    check_output("--out", args.out, inputs=(args.trace,))
+    trace = read_trace(args.trace)
+    trace = trace.cut_at(Static(trace.n_workers, args.backups).c)
+    write_trace(trace, args.out)
+    print(f"censored {args.trace}: {int(trace.censored.sum())} of {trace.censored.size} "
+          f"run-times -> {args.out}")
+
+
 def cmd_model_train(args):
     from dataclasses import replace
 
@@ -118,6 +130,8 @@ def cmd_model_train(args):
     mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
     if args.paper:  # Teng & Wood's model (bdsgd-paper's)
         mcfg = replace(mcfg, **PAPER_MODEL)
+    if args.censoring:
+        mcfg = replace(mcfg, censoring=args.censoring)
     seed = cfg.seed if args.seed is None else args.seed
     train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
                 trace_name=args.trace_name or Path(args.trace).stem)
@@ -161,7 +175,7 @@ def cmd_throughput(args):
     from bdsgd.throughput import run_benchmark
 
     for flag, out in (("--json", args.json), ("--decisions", args.decisions),
-                      ("--comm-sweep", args.comm_sweep)):
+                      ("--comm-sweep", args.comm_sweep), ("--period-sweep", args.period_sweep)):
         check_output(flag, out, inputs=(args.trace, args.model, args.paper_model, args.config,
                                         args.history))
     cfg = load_stage_config(args.config, "throughput") if args.config else None
@@ -169,15 +183,17 @@ def cmd_throughput(args):
                   model_path=args.model, paper_model_path=args.paper_model, rule=args.rule,
                   comm_s=args.comm_s, json_out=args.json,
                   decisions_out=args.decisions, cfg=cfg, seed=args.seed,
-                  history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep)
+                  history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep,
+                  late=args.late, period_out=args.period_sweep)
 
 
 def cmd_train(args):
+    from bdsgd.policies.build import policy_variant
     from bdsgd.stages import load_stage_config
     from bdsgd.training import train_run
 
     check_output("--out", args.out, folder=True)
-    cfg = load_stage_config(args.config, "train", args.task)
+    cfg = load_stage_config(args.config, "train", args.task, policy_variant(args.policy)[1])
     train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
               out_dir=args.out, model_path=args.model, history_path=args.history,
               paper_model_path=args.paper_model)

@@ -1,9 +1,9 @@
 """One typed experiment config: loaded from YAML, validated against the JSON schema, hashed.
 
-The schema (``config.schema.yaml`` beside this file; the Snakefile validates against the same
-file through ``workflow/schemas/config.schema.yaml``) is the single home of every default. Loading
-fills the defaults in, checks every field, and builds frozen dataclasses, so code downstream reads
-``cfg.policies.min_gain`` instead of dictionary look-ups.
+The schema (``config.schema.yaml`` beside this file, read by ``bdsgd.schema``; the Snakefile
+validates against the same file through ``workflow/schemas/config.schema.yaml``) is the single
+home of every default. Loading fills the defaults in, checks every field, and builds frozen
+dataclasses, so code downstream reads ``cfg.policies.min_gain`` instead of dictionary look-ups.
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from bdsgd.errors import UserError
 from bdsgd.layout import cluster_draw
-
-SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+from bdsgd.schema import validate
 
 
 @dataclass(frozen=True)
@@ -110,6 +108,22 @@ class PoliciesConfig:
     score_scale: float
     bayes_samples: int
     compile: bool
+    decide_every: int
+
+
+# model.censoring's and network.late's values (the schema's enums), which the ablations compare
+CENSORING = ("likelihood", "impute")
+LATE = ("abandon", "finish")
+
+
+@dataclass(frozen=True)
+class AblationsConfig:
+    """The replay ablations of censoring and of the data a policy buys (the schema's
+    throughput.ablations)."""
+
+    traces: tuple[str, ...]
+    backups: float
+    policy: str
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,9 @@ class ThroughputConfig:
     policies: tuple[str, ...]
     comm_s: float
     comm_ratios: tuple[float, ...]
+    decide_every: tuple[int, ...]
+    period_policies: tuple[str, ...]
+    ablations: AblationsConfig
 
 
 @dataclass(frozen=True)
@@ -224,7 +241,7 @@ class Config:
     wandb: WandbConfig
     resources: ResourcesConfig
     distributed: DistributedConfig
-    figure_note: str | None  # printed under every figure of the experiment's results
+    figure_note: str | None  # printed over every figure of the experiment's results
     source: str = ""  # the file it came from, for error messages; not part of the hash
 
     def to_dict(self) -> dict[str, Any]:
@@ -252,14 +269,16 @@ class Config:
         its draw for the seed (``bdsgd.layout.cluster_draw``); a recorded trace, itself."""
         return cluster_draw(trace, seed) if self.trace(trace).source == "simulate" else trace
 
-    def for_task(self, task: str) -> Config:
+    def for_task(self, task: str, variant: dict[str, Any] | None = None) -> Config:
         """This config as a run of ``task`` reads it: train:'s keys that the task's recipe sets
-        (train.recipes) replaced by the recipe's; itself where they already are."""
+        (train.recipes) replaced by the recipe's, then those that the run's policy variant sets
+        (``variant``, ``bdsgd.policies.VARIANTS``: an ablation arm overrides the recipe too);
+        itself where they already are."""
         tc = self.training()
-        recipe = tc.recipes.get(task, {})
-        if all(getattr(tc, key) == value for key, value in recipe.items()):
+        keys = {**tc.recipes.get(task, {}), **(variant or {})}
+        if all(getattr(tc, key) == value for key, value in keys.items()):
             return self
-        return dataclasses.replace(self, train=dataclasses.replace(tc, **recipe))
+        return dataclasses.replace(self, train=dataclasses.replace(tc, **keys))
 
     def train_traces(self) -> tuple[str, ...]:
         """The traces the convergence runs replay (train.trace: one name or a list)."""
@@ -281,40 +300,6 @@ class Config:
             raise UserError(self.source, "train", "this command needs a train: section (traces "
                             "gather: or pass --data-dir)")
         return self.train
-
-
-def _schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
-
-
-# The tasks a config may name, in the schema's one list (``bdsgd.tasks`` loads each).
-TASKS = tuple(_schema()["properties"]["train"]["properties"]["tasks"]["items"]["enum"])
-
-
-def _with_defaults(validator_class):
-    """A validator that also fills in ``default:`` values, as Snakemake's validate(set_default=True)."""
-    validate_properties = validator_class.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):
-        if isinstance(instance, dict):
-            for name, sub in properties.items():
-                if "default" in sub and name not in instance:
-                    instance[name] = json.loads(json.dumps(sub["default"]))
-        yield from validate_properties(validator, properties, instance, schema)
-
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
-
-
-def validate(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
-    """Fill in defaults and validate; raise a one-line UserError naming the field on failure."""
-    schema = _schema()
-    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise UserError(source, where, err.message)
-    return data
 
 
 def trace_names(trace: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -340,6 +325,10 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if name not in data["traces"]:
             raise UserError(source, "train.trace",
                             f"{name!r} is not one of traces: {sorted(data['traces'])}")
+    for name in data["throughput"]["ablations"]["traces"]:
+        if name not in data["traces"]:
+            raise UserError(source, "throughput.ablations.traces",
+                            f"{name!r} is not one of traces: {sorted(data['traces'])}")
     traces = {
         name: TraceSpec(
             source=spec["source"],
@@ -357,7 +346,8 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         traces=traces,
         model=_sub(ModelConfig, data["model"]),
         policies=_sub(PoliciesConfig, data["policies"]),
-        throughput=_sub(ThroughputConfig, data["throughput"]),
+        throughput=_sub(ThroughputConfig, {**data["throughput"], "ablations": _sub(
+            AblationsConfig, data["throughput"]["ablations"])}),
         network=_sub(NetworkConfig, data["network"]),
         train=None if train is None else _sub(TrainConfig, train),
         wandb=_sub(WandbConfig, data["wandb"]),

@@ -19,6 +19,9 @@ It is exact where iterations do not depend on each other, as when late workers a
 work; where they finish it (``bdsgd.clock``) a cut now delays a worker later, and the optimum of
 independent iterations is a reference rather than a bound.
 
+``fixed_optimum`` is the best single cutoff in hindsight, argmax_c sum_t c / sum_t (x_t,(c) +
+comm(c)): what a fixed cutoff (Chen et al.'s backup workers) achieves at best on these run-times.
+
 ``myopic_optimum`` is the per-iteration argmax of c / (x_t,(c) + comm(c)) with perfect foresight:
 what the paper's ratio rule would do with a perfect model. It is a reference, not an upper bound.
 """
@@ -96,6 +99,15 @@ def hindsight_optimum(sorted_x: np.ndarray, comm: float | np.ndarray = 0.0,
             break
         cutoffs, rate = new, new_rate
     return cutoffs, rate
+
+
+def fixed_optimum(sorted_x: np.ndarray, comm: float | np.ndarray = 0.0) -> tuple[int, float]:
+    """The one cutoff c maximising sum_t c / sum_t (x_t,(c) + comm(c)) over every iteration, and
+    its rate: (c, rate)."""
+    T, n = sorted_x.shape
+    rates = [throughput(sorted_x, np.full(T, c), comm) for c in range(1, n + 1)]
+    best = int(np.argmax(rates))
+    return best + 1, float(rates[best])
 
 
 def myopic_optimum(sorted_x: np.ndarray, comm: float | np.ndarray = 0.0) -> np.ndarray:

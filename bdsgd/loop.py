@@ -13,9 +13,10 @@ The policy's wall-clock work per iteration (``choose`` plus ``observe``: a model
 does its filtering in ``observe``) is measured here and nowhere else, so every trainer charges
 and reports the same overhead.
 
-``replay`` runs a policy over a whole trace, and ``catch_up`` brings a freshly built policy to
-the state it had after recorded iterations (resume without pickling a policy: every policy is
-deterministic given its seed, which ``catch_up`` checks).
+``replay`` runs a policy over a whole trace (``replay_runtimes`` over a real run's record), and
+``catch_up`` brings a freshly built policy to the state it had after recorded iterations (resume
+without pickling a policy: every policy is deterministic given its seed, which ``catch_up``
+checks).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Step:
 
     obs: Observation
     policy_ns: int  # wall-clock time of the policy's choose() + observe()
+    forecast_s: float = np.nan  # the policy's E[x_(c)] for its choice c (``Server`` forecasts)
 
     @property
     def policy_s(self) -> float:
@@ -48,8 +50,11 @@ class Step:
 class Server:
     """A cutoff policy driving iterations of n workers."""
 
-    def __init__(self, policy: Policy, n_workers: int):
+    def __init__(self, policy: Policy, n_workers: int, forecasts: bool = False):
+        """``forecasts``: record, untimed, what a predictive policy expected its cutoff time
+        to be (its ``forecast(c)``), to score the forecast against what happened."""
         self.policy, self.n = policy, n_workers
+        self.forecast = getattr(policy, "forecast", None) if forecasts else None
 
     def step(self, run: Callable[[int], Observation]) -> Step:
         """Decide c, run the iteration with cutoff c (``run(c)``), let the policy observe it."""
@@ -58,10 +63,11 @@ class Server:
         chose = perf_counter_ns()
         if not 1 <= c <= self.n:
             raise ValueError(f"policy {self.policy.name} chose c={c} outside 1..{self.n}")
+        forecast = np.nan if self.forecast is None else float(self.forecast(c))
         obs = run(c)
         observing = perf_counter_ns()
         self.policy.observe(obs)
-        return Step(obs, chose - start + perf_counter_ns() - observing)
+        return Step(obs, chose - start + perf_counter_ns() - observing, forecast)
 
     def step_trace(self, t: int, runtimes: np.ndarray, clock: SyncClock) -> Step:
         """An iteration whose run-times are known in advance (a trace row), on the virtual
@@ -91,11 +97,24 @@ class Replay:
     durations: np.ndarray  # (T,) tau_t + comm(c_t)
     cutoff_times: np.ndarray  # (T,) tau_t: x_t,(c_t), late starts included
     decision_ns: np.ndarray  # (T,) wall-clock time of the policy's work per iteration
+    forecast_s: np.ndarray  # (T,) the policy's E[x_(c_t)] when it chose (NaN: no forecast)
+    realised_s: np.ndarray  # (T,) x_t,(c_t): the c_t-th smallest run-time of the row
+    worker_s: np.ndarray  # (3,) worker-seconds useful, wasted, idle (``bdsgd.clock``)
 
     @property
     def gradients_per_s(self) -> float:
         """sum c_t / sum duration_t (``bdsgd.cutoff.throughput`` where late workers abandon)."""
         return float(self.cutoffs.sum() / self.durations.sum())
+
+    @property
+    def wasted_fraction(self) -> float:
+        """Of the workers' time n sum_t duration_t, the part spent computing dropped gradients."""
+        return float(self.worker_s[1] / self.worker_s.sum())
+
+    @property
+    def idle_fraction(self) -> float:
+        """Of the workers' time, the part spent waiting for the cutoff and the communication."""
+        return float(self.worker_s[2] / self.worker_s.sum())
 
 
 def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
@@ -103,10 +122,19 @@ def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
     """Run ``policy`` over the trace, iteration by iteration, with censored feedback, on the
     virtual clock: ``comm`` per iteration or comm(c) for c = 1..n, late workers ``late``."""
     require_complete(trace, trace.file)
-    T, n = trace.runtimes.shape
-    server, clock = Server(policy, n), SyncClock(np.broadcast_to(comm, (n,)), late)
-    steps = [server.step_trace(t, trace.runtimes[t], clock) for t in range(T)]
-    return Replay(np.array([s.obs.cutoff for s in steps], dtype=np.int64),
-                  np.array([s.obs.duration for s in steps]),
+    return replay_runtimes(trace.runtimes, policy, comm, late)
+
+
+def replay_runtimes(runtimes: np.ndarray, policy: Policy, comm: float | np.ndarray = 0.0,
+                    late: str = "abandon") -> Replay:
+    """``replay`` on run-times (T, n) as they are: a censored value of a real run's record enters
+    as the lower bound it is (``bdsgd.distributed``: the virtual clock's run of a real job)."""
+    T, n = runtimes.shape
+    server, clock = Server(policy, n, forecasts=True), SyncClock(np.broadcast_to(comm, (n,)), late)
+    steps = [server.step_trace(t, runtimes[t], clock) for t in range(T)]
+    cutoffs = np.array([s.obs.cutoff for s in steps], dtype=np.int64)
+    realised = np.take_along_axis(np.sort(runtimes, axis=1), cutoffs[:, None] - 1, 1)[:, 0]
+    return Replay(cutoffs, np.array([s.obs.duration for s in steps]),
                   np.array([s.obs.cutoff_time for s in steps]),
-                  np.array([s.policy_ns for s in steps], dtype=np.int64))
+                  np.array([s.policy_ns for s in steps], dtype=np.int64),
+                  np.array([s.forecast_s for s in steps]), realised, clock.worker_s.copy())

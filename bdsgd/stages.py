@@ -25,7 +25,8 @@ STAGE_READS = {
     "evaluate_model": ("experiment", "traces", "policies", "throughput.comm_s",
                        "network"),  # model evaluate
     "throughput": ("experiment", "traces", "seed", "policies", "throughput.comm_s",
-                   "throughput.comm_ratios", "network", "resources.throughput_threads"),
+                   "throughput.comm_ratios", "throughput.decide_every", "throughput.period_policies",
+                   "network", "resources.throughput_threads"),
     "train": ("experiment", "traces", "policies", "throughput.comm_s", "network", "wandb", *_RUN),
     "distributed": ("experiment", "traces", "policies", "wandb", *_RUN),  # bdsgd distributed
 }
@@ -83,8 +84,10 @@ def for_stage(cfg: Config, stage: str) -> Config:
     return dataclasses.replace(cfg, **changes)
 
 
-def load_stage_config(path: str | Path, stage: str, task: str | None = None) -> Config:
+def load_stage_config(path: str | Path, stage: str, task: str | None = None,
+                      variant: dict | None = None) -> Config:
     """The config file ``path`` as stage ``stage`` (a key of STAGE_READS) may read it: each
-    command passes its own; a run of ``task``, with its recipe (``Config.for_task``)."""
+    command passes its own; a run of ``task``, with its recipe and its policy's ``variant``
+    (``Config.for_task``)."""
     cfg = load_config(path)
-    return for_stage(cfg if task is None else cfg.for_task(task), stage)
+    return for_stage(cfg if task is None else cfg.for_task(task, variant), stage)

@@ -20,6 +20,14 @@ communication, for a single server, a sharded one and a ring: the ratio rho of t
 single server's link needs for a whole iteration (n gradients in, n copies out) to the trace's
 median run-time m sets G / B = rho m / (2 n); every topology moves the same bytes on the same
 links, with the config's latency.
+
+``period_sweep`` replays throughput.period_policies again deciding only every k-th iteration
+(policies.decide_every, each k of throughput.decide_every), beside the best fixed cutoff in
+hindsight: does deciding less often, or never, do as well?
+
+Each policy's row also says how steady and how busy its replay was: the coefficient of
+variation of its per-iteration throughput c_t / duration_t and of c_t, and the fractions of the
+workers' time n sum_t duration_t spent idle and computing dropped gradients (``bdsgd.clock``).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import pyarrow.parquet as pq
 
 from bdsgd.clock import replay_network, require_server
 from bdsgd.config import default_config
-from bdsgd.cutoff import hindsight_optimum, throughput
+from bdsgd.cutoff import fixed_optimum, hindsight_optimum, throughput
 from bdsgd.errors import UserError
 from bdsgd.loop import Replay, replay
 from bdsgd.network import Network
@@ -51,13 +59,15 @@ logger = logging.getLogger(__name__)
 
 def _row(run: Replay, oracle_rate: float, rule: str | None, threads: int) -> dict:
     ms = run.decision_ns / 1e6
-    c = run.cutoffs
+    c, rate = run.cutoffs, run.cutoffs / run.durations  # rate: c_t / duration_t
     return {
         "gradients_per_s": run.gradients_per_s,
         "relative_to_oracle": run.gradients_per_s / oracle_rate,
         "mean_cutoff": float(c.mean()), "cutoff_std": float(c.std()),
         "cutoff_p10": float(np.percentile(c, 10)), "cutoff_p90": float(np.percentile(c, 90)),
         "mean_iteration_s": float(run.durations.mean()),
+        "iteration_rate_cv": float(rate.std() / rate.mean()), "cutoff_cv": float(c.std() / c.mean()),
+        "idle_fraction": run.idle_fraction, "wasted_fraction": run.wasted_fraction,
         "decision_ms_p50": float(np.percentile(ms, 50)),
         "decision_ms_p99": float(np.percentile(ms, 99)),
         "threads": threads,  # torch's, under which decision_ms_* were measured
@@ -81,16 +91,19 @@ def _describe(trace: Trace, path: str, net: Network, late: str, oracle_rate: flo
 def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | None = None,
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
                   seed: int | None = None, history_path=None, threads: int | None = None,
-                  sweep_out=None, paper_model_path=None) -> dict:
-    """Replay ``trace_path`` under every policy; write the table (JSON), the decisions (Parquet)
-    and, given ``sweep_out``, the communication sweep (CSV, ``comm_sweep``).
+                  sweep_out=None, paper_model_path=None, late: str | None = None,
+                  period_out=None) -> dict:
+    """Replay ``trace_path`` under every policy; write the table (JSON), the decisions (Parquet),
+    given ``sweep_out`` the communication sweep (CSV, ``comm_sweep``) and given ``period_out``
+    the re-decision period sweep (CSV, ``period_sweep``).
 
     ``rule`` None takes the config's; "both" adds rows ``<policy>/ratio`` and ``<policy>/rate``
     for each predictive policy, the plain name being the config's rule. ``history_path``: the
     iterations of the same run before the replayed ones (the training part), which every policy
     that learns from observations sees first (``warm_up``); without it they all start cold.
     ``threads``: torch's CPU threads for the replay, the process's restored after (None: the
-    config's ``resources.throughput_threads``). ``comm_s`` None: the config's.
+    config's ``resources.throughput_threads``). ``comm_s`` and ``late`` (what the workers a
+    cutoff leaves out do) None: the config's.
     """
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
@@ -106,7 +119,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         raise UserError("--rule", rule, f"choose from {RULES} or 'both'")
     default_rule = pcfg.rule if rule in (None, "both") else rule
     net = replay_network(resolved, comm_s)
-    late = resolved.network.late
+    late = resolved.network.late if late is None else late
     seed = resolved.seed if seed is None else seed
     threads = resolved.resources.throughput_threads if threads is None else threads
     if threads < 1:
@@ -125,8 +138,9 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     _, oracle_rate = hindsight_optimum(np.sort(trace.runtimes, axis=1), comm)
     runs: dict[tuple[str, str | None], tuple[Replay, Policy]] = {}
 
-    def replayed(name: str, r: str | None, comm: np.ndarray) -> tuple[Replay, Policy]:
-        policy = build_policy(name, resolved, seed=seed, n_workers=trace.n_workers, trace=trace,
+    def replayed(name: str, r: str | None, comm: np.ndarray,
+                 cfg=resolved) -> tuple[Replay, Policy]:
+        policy = build_policy(name, cfg, seed=seed, n_workers=trace.n_workers, trace=trace,
                               inputs=inputs, history=history, comm=comm, rule=r)
         return replay(trace, policy, comm, late), policy
 
@@ -134,6 +148,14 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         if (name, r) not in runs:
             runs[name, r] = replayed(name, r, comm)
         return runs[name, r]
+
+    def at_period(name: str, k: int) -> Replay:
+        """``name`` under the default rule, deciding every k iterations."""
+        r = rule_of(name, default_rule)
+        if k == pcfg.decide_every:
+            return run(name, r)[0]
+        every = dataclasses.replace(pcfg, decide_every=k)
+        return replayed(name, r, comm, dataclasses.replace(resolved, policies=every))[0]
 
     def row(name: str, r: str | None) -> dict:
         result, policy = run(name, r)
@@ -169,6 +191,11 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
             cutoff_policies = [p for p in policies if p != "async"]
             sweep = comm_sweep(trace, resolved, cutoff_policies, default_rule,
                                lambda name, r, c: replayed(name, r, c)[0])
+        if period_out:
+            periodic = [p for p in resolved.throughput.period_policies
+                        if p in policies and spec(p).predictive]
+            periods = period_sweep(trace, resolved.throughput.decide_every, periodic, comm,
+                                   at_period)
 
     result = {"policies": table, "default_rule": default_rule, "threads": threads,
               "trace": _describe(trace, trace_path, net, late, oracle_rate),
@@ -182,6 +209,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         write_with(decisions_out, lambda tmp: pq.write_table(decisions, tmp))
     if sweep_out:
         write_with(sweep_out, lambda tmp: sweep.to_csv(tmp, index=False, float_format="%.6g"))
+    if period_out:
+        write_with(period_out, lambda tmp: periods.to_csv(tmp, index=False, float_format="%.6g"))
     logger.info(format_table(result))
     return result
 
@@ -218,6 +247,27 @@ def comm_sweep(trace: Trace, cfg, policies: list[str], rule: str,
     return pd.DataFrame(rows)
 
 
+def period_sweep(trace: Trace, periods, policies: list[str], comm: np.ndarray,
+                 at_period: Callable[[str, int], Replay]) -> pd.DataFrame:
+    """Each predictive policy of ``policies`` deciding every k iterations, for each k of
+    ``periods``, and the best fixed cutoff in hindsight (oracle-fixed, the same at every k): one
+    row each (period, policy, gradients_per_s, relative_to_oracle, mean_cutoff).
+    ``at_period(name, k)`` replays one policy."""
+    sorted_x = np.sort(trace.runtimes, axis=1)
+    _, oracle = hindsight_optimum(sorted_x, comm)
+    fixed_c, fixed = fixed_optimum(sorted_x, comm)
+    rows = []
+    for k in periods:
+        rates = {"oracle-fixed": (fixed, float(fixed_c))}
+        for name in policies:
+            run = at_period(name, k)
+            rates[name] = (run.gradients_per_s, float(run.cutoffs.mean()))
+        rows += [{"period": k, "policy": name, "gradients_per_s": rate,
+                  "relative_to_oracle": rate / oracle, "mean_cutoff": c}
+                 for name, (rate, c) in rates.items()]
+    return pd.DataFrame(rows)
+
+
 def rule_of(name: str, rule: str) -> str | None:
     """The decision rule policy ``name`` replays under when ``rule`` is asked: none for a policy
     without one, the paper's own (ratio) for bdsgd-paper."""
@@ -228,7 +278,9 @@ def rule_of(name: str, rule: str) -> str | None:
 
 def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], default_rule: str,
                rule: str | None) -> pa.Table:
-    """Long table (policy, iteration, cutoff, duration_s, cutoff_time_s), one row per decision."""
+    """Long table (policy, iteration, cutoff, duration_s, cutoff_time_s, forecast_s, realised_s),
+    one row per decision: forecast_s is what a predictive policy expected x_(c_t) to be when it
+    chose (NaN for the others), realised_s the trace row's x_(c_t)."""
     replays = []
     for name in table:
         if name == "async":
@@ -245,6 +297,8 @@ def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], defau
         "duration_s": pa.array(np.concatenate([r.durations for _, r in replays]), pa.float64()),
         "cutoff_time_s": pa.array(np.concatenate([r.cutoff_times for _, r in replays]),
                                   pa.float64()),
+        "forecast_s": pa.array(np.concatenate([r.forecast_s for _, r in replays]), pa.float64()),
+        "realised_s": pa.array(np.concatenate([r.realised_s for _, r in replays]), pa.float64()),
     })
 
 

@@ -33,7 +33,8 @@ def tiny_config(**overrides) -> dict:
         "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16},
         "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",
                                     "oracle", "oracle-myopic"],
-                       "comm_ratios": [1.0]},  # the sweep's machinery, not its curve
+                       # the sweeps' machinery, not their curves
+                       "comm_ratios": [1.0], "decide_every": [1, 10]},
         "train": {"trace": "sim", "tasks": ["digits"], "policies": ["sync", "bdsgd"],
                   "seeds": [0], "batch_size": 8, "max_iterations": 30, "eval_every": 10,
                   "target_accuracy": {"digits": 0.5}},
@@ -305,7 +306,8 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
               *model_flags(name, throughput), "--rule", "both", "--history", paths.trace(name, "train"),
               "--config", config, "--json", paths.throughput(name),
               "--decisions", paths.throughput(name, "decisions.parquet"),
-              "--comm-sweep", paths.throughput(name, "comm_sweep.csv"))
+              "--comm-sweep", paths.throughput(name, "comm_sweep.csv"),
+              "--period-sweep", paths.throughput(name, "period_sweep.csv"))
     train = cfg["train"]
     traces = trace_names(train["trace"])
     for trace in traces:

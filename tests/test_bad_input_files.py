@@ -547,10 +547,15 @@ def results_folder(root: Path) -> Path:
     write_trace(from_arrays(RNG.lognormal(size=(10, 3)) + 0.1), results / "traces/sim/test.parquet")
     (results / "throughput/sim/throughput.json").write_text(json.dumps({"policies": {
         p: {"rule": None, "gradients_per_s": 3.0, "relative_to_oracle": 0.9, "mean_cutoff": 2.0,
-            "cutoff_std": 0.5} for p in ("sync", "static", "oracle")}}))
-    pd.DataFrame([{"policy": p, "iteration": t, "cutoff": 1 + t % 3}
+            "cutoff_std": 0.5, "decision_ms_p50": 0.1, "decision_ms_p99": 0.2,
+            "mean_iteration_s": 1.0} for p in ("sync", "static", "oracle")},
+        "trace": {"n_workers": 3, "runtime_median": 1.0, "time_unit": "s"}}))
+    pd.DataFrame([{"policy": p, "iteration": t, "cutoff": 1 + t % 3, "duration_s": 1.0 + t % 2}
                   for p in ("sync", "static", "oracle") for t in range(10)]).to_parquet(
         results / "throughput/sim/decisions.parquet")
+    pd.DataFrame([{"period": k, "policy": p, "gradients_per_s": 3.0, "relative_to_oracle": 0.9,
+                   "mean_cutoff": 2.0} for k in (1, 5) for p in ("ecdf", "oracle-fixed")]
+                 ).to_csv(results / "throughput/sim/period_sweep.csv", index=False)
     pd.DataFrame([{"ratio": 0.1, "topology": "ps", "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.9, "relative_to_sync": 1.0, "mean_cutoff": 2.0}
                   for p in ("sync", "oracle")]).to_csv(results / "throughput/sim/comm_sweep.csv",
@@ -621,6 +626,19 @@ RESULTS = {
     "decisions damaged": ("throughput/sim/decisions.parquet", _garbage, "-"),
     "decisions without cutoff": ("throughput/sim/decisions.parquet",
                                  _rewrite_parquet(lambda f: f.drop(columns="cutoff")), "cutoff"),
+    "decisions without duration_s": ("throughput/sim/decisions.parquet",
+                                     _rewrite_parquet(lambda f: f.drop(columns="duration_s")),
+                                     "duration_s"),
+    "throughput.json without the trace's workers": (
+        "throughput/sim/throughput.json",
+        _json(lambda d: {**d, "trace": {"runtime_median": 1.0}}), "trace.n_workers"),
+    "a decision time not a number": (
+        "throughput/sim/throughput.json",
+        _json(lambda d: {**d, "policies": {**d["policies"], "sync": {
+            **d["policies"]["sync"], "decision_ms_p50": "fast"}}}), "policies.sync.decision_ms_p50"),
+    "period sweep missing": ("throughput/sim/period_sweep.csv", _unlink, "-"),
+    "period sweep without period": ("throughput/sim/period_sweep.csv",
+                                    lambda p: p.write_text("policy\necdf\n"), "period"),
     "comm sweep missing": ("throughput/sim/comm_sweep.csv", _unlink, "-"),
     "comm sweep not a table of the sweep": ("throughput/sim/comm_sweep.csv", _garbage, "ratio"),
     "comm sweep without rows": ("throughput/sim/comm_sweep.csv",

@@ -25,7 +25,7 @@ from tests.helpers import REPO, result_tables, stamp_free
 
 ENTRY_POINTS = [
     "traces import", "traces simulate", "traces gather", "traces describe", "traces split",
-    "traces plot",
+    "traces plot", "traces censor",  # its runs: tests/test_replay_ablations.py
     "model train", "model evaluate", "model sample", "throughput", "train", "figures",
     "distributed",  # its runs: tests/test_distributed.py
     "plan",  # its runs: tests/test_plan.py

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bdsgd.clock import Compute, SyncClock
+from bdsgd.clock import Compute, SyncClock, replay_cutoffs
 from bdsgd.cutoff import hindsight_optimum, throughput
 from bdsgd.loop import replay
 from bdsgd.network import Network
@@ -75,6 +75,15 @@ def test_an_iteration_under_finish_by_hand():
     second = clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
     assert second.cutoff_time == 2.5 and second.duration == 3.0
     np.testing.assert_array_equal(second.runtimes, [1.0, 1.0, 2.5])
+
+
+def test_a_recorded_run_replayed_with_its_cutoffs_by_hand():
+    """The by-hand iterations above as one record (rows cycle: the third iteration reads row 0
+    again, after the fresh second one)."""
+    x, comm = np.array([[1.0, 2.0, 4.0], [1.0, 1.0, 1.0]]), np.full(3, 0.5)
+    np.testing.assert_array_equal(replay_cutoffs(x, [2, 3, 1], comm, "abandon"), [2.5, 1.5, 1.5])
+    # finish: worker 2 finishes 1.5 into the second iteration, which waits for it
+    np.testing.assert_array_equal(replay_cutoffs(x, [2, 3], comm, "finish"), [2.5, 3.0])
 
 
 def test_a_late_gradient_before_the_next_decision_is_observed_not_applied():
@@ -176,3 +185,35 @@ def test_a_ring_has_no_server_for_async_to_push_to(tmp_path):
     with pytest.raises(UserError, match="network.topology: ring has no server for cyclic"):
         train_run(cfg, task="digits", policy="cyclic", seed=0, trace_path=write(tmp_path, np.ones((4, 3))),
                   out_dir=tmp_path / "run")
+
+
+def test_worker_time_under_abandon_by_hand():
+    """x = (1, 2, 4), c = 2, comm 0.5: D = 2.5, the three workers compute 1, 2 and 2.5 (cut,
+    dropped at D); applied 1 + 2, dropped 2.5, idle 1.5 + 0.5. Then (1, 1, 1), c = 3: D = 1.5,
+    applied 3, idle 1.5."""
+    clock = SyncClock(np.full(3, 0.5), "abandon")
+    clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
+    np.testing.assert_allclose(clock.worker_s, [3.0, 2.5, 2.0])
+    clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
+    np.testing.assert_allclose(clock.worker_s, [6.0, 2.5, 3.5])
+
+
+def test_worker_time_under_finish_by_hand():
+    """As above, but worker 2 finishes its cut gradient 1.5 into the next iteration: that
+    iteration (c = 3) waits for its arrival at 2.5, D = 3; applied 3, dropped the stale 1.5,
+    idle 2 + 2 + 0.5."""
+    clock = SyncClock(np.full(3, 0.5), "finish")
+    clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
+    clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
+    np.testing.assert_allclose(clock.worker_s, [6.0, 4.0, 6.5])
+    assert clock.worker_s.sum() == pytest.approx(3 * (2.5 + 3.0))  # n sum_t D_t
+
+
+def test_a_replay_reports_its_idle_and_dropped_fractions():
+    x = np.array([[1.0, 2.0, 4.0], [1.0, 1.0, 1.0]])
+    cfg = make_cfg(static_backups=1)
+    run = replay(from_arrays(x), build.make_policy("static", 3, cfg.policies), 0.5, "abandon")
+    np.testing.assert_array_equal(run.cutoffs, [2, 2])
+    # second iteration: c = 2 of (1, 1, 1): D = 1.5, applied 2, dropped 1 (worker 2), idle 1.5
+    assert run.wasted_fraction == pytest.approx(3.5 / 12.0)
+    assert run.idle_fraction == pytest.approx(3.5 / 12.0)

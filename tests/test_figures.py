@@ -6,6 +6,7 @@ byte-identical tables."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 
 from bdsgd import plotting
+from bdsgd.clock import replay_cutoffs
 from bdsgd.errors import UserError
 from bdsgd.figures import (
     FALLBACK_COLOURS,
@@ -21,24 +23,31 @@ from bdsgd.figures import (
     POLICY_DASHES,
     common,
     convergence,
-    cutoffs,
+    distributed,
     figure_files,
     inputs,
     render,
-    runtimes,
+    replay,
 )
+from bdsgd.figures.distributed import agreement, distributed_replay_answer, replay_job
+from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_distributed, load_overhead, load_period_sweep
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
-from bdsgd.figures.stats import median_interval, time_to_target_stats
+from bdsgd.figures.stats import block_ratio_interval, median_interval, time_to_target_stats
+from bdsgd.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
 from bdsgd.schedules import MODES
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.schema import from_arrays
 
 REPO = Path(__file__).resolve().parents[1]
 N_WORKERS, ROWS, EVAL_EVERY, TARGET, DECISIONS = 4, 30, 5, 0.5, 40
 # (policy, seed, iteration at which the run reaches the target or None, staleness columns?)
 RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
        [("async", s, [10, None][s], True) for s in range(2)] + \
-       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)]
+       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)] + \
+       [("bdsgd+progress", s, 10 + 5 * s, False) for s in range(2)] + \
+       [("bdsgd+lr-none", s, None, False) for s in range(2)]  # bdsgd's variants (tests/test_ablations.py)
 
 
 def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.DataFrame:
@@ -79,10 +88,52 @@ def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_sty
     (run / "result.json").write_text(json.dumps({"summary": summary}))
 
 
+# a distributed job: DIST_WORKERS workers, worker 2 five times slower, cutoff DIST_CUTOFF; its
+# server spends OVERHEAD_S per iteration beyond the cutoff time (what the virtual clock leaves out);
+# its replayed policy waits for all workers in the first REPLAY_SYNC iterations
+DIST_WORKERS, DIST_CUTOFF, OVERHEAD_S, REPLAY_SYNC = 3, 2, 0.002, 3
+
+
+def _dist_runtimes() -> np.ndarray:
+    x = np.random.default_rng(1).uniform(0.02, 0.03, size=(ROWS, DIST_WORKERS))
+    x[:, 2] *= 5
+    return x
+
+
+def _write_distributed(results: Path) -> None:
+    """A distributed job's files as ``bdsgd.distributed.ps`` writes them: result.json, metrics,
+    the recorded trace (the worker the cutoff cut censored at the cutoff time) and its replay."""
+    job = results / "distributed/straggler"
+    job.mkdir(parents=True)
+    x = _dist_runtimes()
+    tau = np.sort(x, axis=1)[:, DIST_CUTOFF - 1]
+    cut = x > tau[:, None]
+    recorded = np.where(cut, tau[:, None], x)
+    own = np.where(np.arange(ROWS) < REPLAY_SYNC, DIST_WORKERS, DIST_CUTOFF)
+    comm = np.zeros(DIST_WORKERS)
+    pd.DataFrame({"iteration": np.arange(1, ROWS + 1),
+                  "virtual_s": replay_cutoffs(recorded, np.full(ROWS, DIST_CUTOFF), comm),
+                  "replay_cutoff": own, "replay_s": replay_cutoffs(recorded, own, comm)}
+                 ).to_parquet(job / "result.replay.parquet", index=False)
+    write_trace(from_arrays(recorded, {
+        "source": "distributed", "policy": "static", "late": "abandon", "time_unit": "s",
+        "workers": DIST_WORKERS}, censored=cut), job / "result.trace.parquet")
+    it = np.arange(1, ROWS + 1)
+    pd.DataFrame({"iteration": it, "wall_time_s": np.cumsum(tau + OVERHEAD_S),
+                  "cutoff": DIST_CUTOFF, "iteration_time_s": tau, "lr": 0.1,
+                  "train_loss": 1.0 / it, "live_workers": DIST_WORKERS, "stale": 0,
+                  "decision_s": 1e-5, "test_accuracy": np.where(it % 10 == 0, 0.5, np.nan)}
+                 ).to_parquet(job / "result.metrics.parquet", index=False)
+    write_json(job / "result.json", {
+        "policy": "static", "late": "abandon", "workers": DIST_WORKERS, "iterations": ROWS,
+        "job": {"policy": "static", "late": "abandon", "workers": DIST_WORKERS,
+                "iterations": ROWS, "task": "digits", "seed": 0}})
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     """A results folder as the DAG lays it out: one trace, its throughput replay and model
-    predictions, and the convergence runs of RUNS."""
+    predictions, the convergence runs of RUNS and one distributed job."""
     results = tmp_path_factory.mktemp("figures") / "results"
     rng = np.random.default_rng(0)
     for sub in ("traces/sim", "throughput/sim", "models/sim"):
@@ -93,12 +144,21 @@ def results(tmp_path_factory) -> Path:
                 "oracle": None, "explore-bdsgd": "rate"}
     (results / "throughput/sim/throughput.json").write_text(json.dumps({"policies": {
         name: {"rule": rule, "gradients_per_s": 3.0, "relative_to_oracle": 0.9 - 0.1 * i,
-               "mean_cutoff": 3.0, "cutoff_std": 0.5}
-        for i, (name, rule) in enumerate(policies.items())}}))
+               "mean_cutoff": 3.0, "cutoff_std": 0.5, "iteration_rate_cv": 0.1 * i,
+               "cutoff_cv": 0.05 * i, "idle_fraction": 0.3 - 0.04 * i,
+               "wasted_fraction": 0.02 * i, "decision_ms_p50": 0.01 * (i + 1),
+               "decision_ms_p99": 0.03 * (i + 1), "mean_iteration_s": 1.5}
+        for i, (name, rule) in enumerate(policies.items())},
+        "trace": {"n_workers": N_WORKERS, "runtime_median": 1.0, "time_unit": "s"}}))
     # a sampled recorded trace's iteration ids: from 500, every third
-    pd.DataFrame([{"policy": p, "iteration": 500 + 3 * t, "cutoff": 1 + (t + i) % N_WORKERS}
+    pd.DataFrame([{"policy": p, "iteration": 500 + 3 * t, "cutoff": 1 + (t + i) % N_WORKERS,
+                   "duration_s": 1.0 + 0.1 * ((t + i) % N_WORKERS) + 0.01 * (t % 7)}
                   for i, p in enumerate(policies) for t in range(DECISIONS)]).to_parquet(
         results / "throughput/sim/decisions.parquet")
+    pd.DataFrame([{"period": k, "policy": p, "gradients_per_s": 3.0,
+                   "relative_to_oracle": 0.95 if p == "oracle-fixed" else 0.97 - 0.001 * k,
+                   "mean_cutoff": 3.0} for k in (1, 10) for p in ("bdsgd", "oracle-fixed")]
+                 ).to_csv(results / "throughput/sim/period_sweep.csv", index=False)
     pd.DataFrame([{"ratio": ratio, "topology": topology, "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.9, "relative_to_sync": 1.1 - ratio / 10,
                    "mean_cutoff": 3.0}
@@ -112,6 +172,7 @@ def results(tmp_path_factory) -> Path:
         results / "models/sim/predictions.parquet")
     for run in RUNS:
         _write_run(results, *run)
+    _write_distributed(results)
     return results
 
 
@@ -151,7 +212,7 @@ def test_figure_files_lists_a_pdf_beside_every_png():
     assert figure_files("loss_curves.png") == ["loss_curves.png", "loss_curves.pdf"]
     for name, (file, caption, _) in FIGURES.items():
         assert (REPO / "workflow/report" / caption).is_file(), name
-        assert file.endswith((".csv", ".png")), name
+        assert file.endswith((".csv", ".png", ".rst")), name
 
 
 def test_summary_columns_only_appended(rendered):
@@ -211,7 +272,7 @@ def drawn(results):
     _, decisions = render.load_throughput(results)
     predictions = inputs.load_predictions(results)
     with pytest.MonkeyPatch.context() as patch:
-        for module in (convergence, cutoffs, runtimes):
+        for module in (render, convergence):
             patch.setattr(module, "save_figure", lambda fig, path: saved.append(fig) or [path])
         for name, draw in (
                 ("time_to_accuracy", lambda p: render.time_to_accuracy(metrics, summary, p)),
@@ -237,7 +298,7 @@ def _labelled_lines(fig) -> dict[str, set]:
 
 def test_curves_draw_each_policy_in_its_style_with_one_legend_below(drawn):
     expected = {p: {(policy_colour(p), {"-": "-", "--": "--", ":": ":", "-.": "-."}[
-        policy_style(p)["ls"]])} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
+        policy_style(p)["ls"]])} for p in {run[0] for run in RUNS}}
     for name in ("time_to_accuracy", "loss_curves"):
         fig = drawn[name]
         assert _labelled_lines(fig) == expected, name
@@ -301,7 +362,8 @@ def test_training_cutoff_one_panel_per_policy_with_every_seed(drawn):
     panels = _panels(drawn["training_cutoff"])
     cutoff_policies = {p for p, _, _, _ in RUNS if p not in MODES}
     # the old runs without a trace (bdsgd) and those on sim; no training mode
-    assert set(panels) == {"digits: bdsgd", "digits on sim: sync", "digits on sim: explore-bdsgd"}
+    assert set(panels) == {"digits: bdsgd", "digits: bdsgd+progress", "digits: bdsgd+lr-none",
+                           "digits on sim: sync", "digits on sim: explore-bdsgd"}
     assert {t.split(": ")[1] for t in panels} == cutoff_policies
     for title, ax in panels.items():
         policy = title.split(": ")[1]
@@ -331,8 +393,8 @@ def test_model_predictions_show_the_orders_the_decision_reads(drawn):
 
 
 def test_shown_orders_and_unit_labels():
-    assert runtimes.shown_orders([1, 2, 3, 4, 5, 6, 7, 8]) == [6, 7, 8]
-    assert runtimes.shown_orders([2, 4]) == [2, 4]
+    assert render.shown_orders([1, 2, 3, 4, 5, 6, 7, 8]) == [6, 7, 8]
+    assert render.shown_orders([2, 4]) == [2, 4]
     assert unit_label("s") == "s"
     # a unit that states a range its values may leave names no range
     assert unit_label("normalised 0-1000") == "normalised units"
@@ -345,25 +407,27 @@ def test_answers_state_what_was_measured(results):
     predictions = inputs.load_predictions(results)
     # bdsgd's seeds reach 0.5 at iteration 15 at 1.0 and 1.1 s an iteration: median 15.75;
     # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
-    # explore-bdsgd's one seed at 25 s; async's second seed never does
-    assert convergence.time_to_accuracy_answer(metrics, summary) == (
-        "On digits, bdsgd reaches the target first (median 15.8 s over 2 seeds). On digits on "
-        "sim, explore-bdsgd reaches the target first (median 25 s over 1 seed; sync 40 s).")
-    assert cutoffs.cutoff_over_time_answer(decisions) == (
+    # explore-bdsgd's one seed at 25 s; async's second seed never does; bdsgd+progress's at
+    # iterations 10 and 15 at 1.0 and 1.1 s: median 13.25
+    assert render.time_to_accuracy_answer(metrics, summary) == (
+        "On digits, bdsgd+progress reaches the target first (median 13.2 s over 2 seeds; bdsgd "
+        "15.8 s). On digits on sim, explore-bdsgd reaches the target first (median 25 s over 1 "
+        "seed; sync 40 s).")
+    assert render.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
         "oracle changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5) of n = 4.")
-    assert cutoffs.training_cutoff_answer(metrics) == (
+    assert render.training_cutoff_answer(metrics) == (
         "During training on digits, bdsgd's cutoff ranges 2-3 (mean 2.5) and changes on 100% "
         "of iterations (mean over 2 seeds).")
-    assert runtimes.model_predictions_answer(predictions) == (
+    assert render.model_predictions_answer(predictions) == (
         "On sim, the realised x_(c) fell inside the 90% prediction interval on 75% of held-out "
         "iterations for c = 2..4 (c = 2: 75%, c = 3: 75%, c = 4: 75%).")
 
 
 def test_cutoff_changes_by_hand():
-    assert cutoffs.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
+    assert convergence.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
         "changes": 0.5, "low": 7, "high": 8, "mean": 7.6}
-    assert cutoffs.cutoff_changes(np.array([5]))["changes"] == 0.0
+    assert convergence.cutoff_changes(np.array([5]))["changes"] == 0.0
 
 
 # ----------------------------------------------------------------------------- units, note
@@ -398,7 +462,7 @@ def test_figure_note_is_read_from_the_results_and_printed_under_every_figure(res
     monkeypatch.setattr(render, "_render_all", lambda *_: seen.append(plotting._NOTE.get()))
     render_all(tmp_path, tmp_path / "out")
     assert seen == ["smoke scale"]
-    # a figure saved in the block has the note under it; outside, none
+    # a figure saved in the block has the note over it; outside, none
     for note, texts in (("smoke scale", ["smoke scale"]), (None, [])):
         fig, ax = render.plt.subplots()
         ax.plot([0, 1])
@@ -437,3 +501,202 @@ def test_time_to_target_stats_count_seeds_that_reached():
         [3, 2, 30.0, 10.0, np.inf]
     assert stats.loc["b", ["seeds", "reached"]].tolist() == [2, 0]
     assert np.isinf(stats.loc["b", "median"])
+
+
+# ----------------------------------------------------------------------------- distributed
+def test_distributed_replay_waits_for_the_recorded_cutoff(results):
+    """The virtual iteration (the server's replay, here ``replay_cutoffs``) is the c-th smallest
+    recorded run-time (the censored worker's lower bound never counts); the real one is that plus
+    the server's overhead."""
+    [job] = load_distributed(results)
+    replay = replay_job(job)
+    tau = np.sort(_dist_runtimes(), axis=1)[:, DIST_CUTOFF - 1]
+    np.testing.assert_allclose(replay["virtual_s"], tau)
+    np.testing.assert_allclose(replay["real_s"], tau + OVERHEAD_S)
+    found = agreement(replay)
+    assert found["total_ratio"] == pytest.approx(tau.sum() / (tau + OVERHEAD_S).sum())
+    assert found["median_error"] == pytest.approx(np.median(OVERHEAD_S / (tau + OVERHEAD_S)))
+    # the job's own replay: its policy waited for all workers, the censored ones at their lower
+    # bound (the real cutoff time), in its first REPLAY_SYNC iterations
+    assert found["same_cutoff"] == pytest.approx(1 - REPLAY_SYNC / ROWS)
+    np.testing.assert_allclose(replay["replay_s"][:REPLAY_SYNC], tau[:REPLAY_SYNC])
+
+
+def test_distributed_replay_answer_states_the_measured_agreement():
+    replay = pd.DataFrame({"iteration": [1, 2, 3, 4], "cutoff": 2, "real_s": [1.0, 1.0, 1.0, 1.0],
+                           "virtual_s": [0.9, 1.1, 0.8, 1.0], "replay_cutoff": 2, "replay_s": 1.0})
+    answer = distributed_replay_answer({"a": replay})
+    # total 3.8 / 4; |error| 0.1, 0.1, 0.2, 0: median 10 %, 90th percentile 17 %
+    assert "0.95 (a)" in answer and "10 % (a)" in answer and "17 % (a)" in answer
+    assert "cutoff in 100 % (a) of the iterations" in answer
+    both = distributed_replay_answer({"a": replay, "b": replay.assign(virtual_s=2.0,
+                                                                      replay_cutoff=[2, 2, 3, 2])})
+    assert "0.95 (a), 2.00 (b)" in both
+    assert "cutoff in 100 % (a), 75 % (b) of the iterations" in both
+    assert distributed_replay_answer({}).startswith("No distributed job")
+
+
+def test_distributed_replay_draws_real_and_virtual_per_job(results, tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(distributed, "save_figure", lambda fig, path: figures.append(fig) or [path])
+    distributed.distributed_replay(load_distributed(results), tmp_path / "d.png", policy_style)
+    [fig] = figures
+    time_ax, cut_ax, total_ax = fig.axes
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "iteration" and ax.get_ylabel()
+        assert all(len(line.get_xdata()) == ROWS for line in ax.get_lines())
+    own = "virtual clock, policy replayed"
+    for ax, labels in ((time_ax, ["real run", "virtual clock"]), (cut_ax, ["real run", own]),
+                       (total_ax, ["real run", "virtual clock", own])):
+        assert [line.get_label() for line in ax.get_lines()] == labels
+        assert ax.get_lines()[0].get_color() == policy_colour("static")
+    assert "(s)" in time_ax.get_ylabel() and "(s)" in total_ax.get_ylabel()
+    assert set(cut_ax.get_lines()[0].get_ydata()) == {DIST_CUTOFF}
+    assert set(cut_ax.get_lines()[1].get_ydata()) == {DIST_CUTOFF, DIST_WORKERS}
+    render.plt.close(fig)
+
+
+def test_distributed_replay_without_jobs_says_so(tmp_path):
+    written = distributed.distributed_replay([], tmp_path / "d.png", policy_style)
+    assert [p.name for p in written] == ["d.png", "d.pdf"]
+    assert all(p.stat().st_size > 0 for p in written)
+
+
+@pytest.mark.parametrize("damage, file, field", [
+    (lambda job: write_json(job / "result.json", {"job": {"policy": "static", "late": 3,
+                                                          "workers": DIST_WORKERS}}),
+     "result.json", "job.late"),
+    (lambda job: pd.read_parquet(job / "result.metrics.parquet").head(3).to_parquet(
+        job / "result.metrics.parquet"), "result.trace.parquet", "-"),
+    (lambda job: (job / "result.trace.parquet").write_text("no parquet"),
+     "result.trace.parquet", "-"),
+    (lambda job: pd.read_parquet(job / "result.replay.parquet").assign(replay_cutoff=0).to_parquet(
+        job / "result.replay.parquet"), "result.replay.parquet", "replay_cutoff"),
+    (lambda job: (job / "result.replay.parquet").unlink(), "result.replay.parquet", "-"),
+])
+def test_a_damaged_distributed_job_stops_render_all(results, tmp_path, damage, file, field):
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    damage(copy / "distributed/straggler")
+    with pytest.raises(UserError) as err:
+        render_all(copy, tmp_path / "out")
+    assert err.value.file == str(copy / "distributed/straggler" / file)
+    assert err.value.field == field
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_block_ratio_interval_by_hand():
+    """Two blocks of two iterations: ratios (4/2)/(4/2) = 1 and (1/4)/(4/2) = 0.125, sd 0.6187;
+    centred on the whole replay's (5/6)/(8/4) = 0.4167, not on their mean 0.5625; t(1, 0.975) =
+    12.706, so 0.4167 -+ 12.706 x 0.6187 / sqrt(2) = 0.4167 -+ 5.5589."""
+    low, high = block_ratio_interval([2, 2, 1, 0], [1, 1, 2, 2], [2, 2, 2, 2], [1, 1, 1, 1],
+                                     blocks=2)
+    assert (low, high) == pytest.approx((5 / 12 - 5.55893, 5 / 12 + 5.55893), abs=1e-4)
+    same = block_ratio_interval([2, 3] * 20, [1.0, 2.0] * 20, [2, 3] * 20, [1.0, 2.0] * 20)
+    assert same == pytest.approx((1.0, 1.0))
+    assert all(np.isnan(block_ratio_interval([2], [1.0], [2], [1.0])))
+
+
+# ----------------------------------------------------------------------------- the replay's
+def _drawn(results, monkeypatch, draw) -> list:
+    """The figures ``draw(table, decisions, periods, overhead)`` makes, not saved."""
+    figures = []
+    monkeypatch.setattr(replay, "save_figure", lambda fig, path: figures.append(fig) or [path])
+    table, decisions = render.load_throughput(results)
+    draw(table, decisions, load_period_sweep(results), load_overhead(results))
+    return figures
+
+
+def _labelled(ax) -> bool:
+    return bool(ax.get_xlabel() or ax.get_ylabel()) and bool(ax.get_title())
+
+
+def test_throughput_bars_from_zero_with_values_and_intervals(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch,
+                   lambda t, d, p, o: replay.throughput_bars(t, d, tmp_path / "b.png"))
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if p.get_height() > 0]
+    assert len(bars) == 5  # sync, static, bdsgd under each rule, explore-bdsgd: not the oracle
+    assert ax.get_ylim()[0] == 0 and ax.get_ylabel() == "throughput / hindsight oracle"
+    values = sorted(float(t.get_text()) for t in ax.texts)
+    table, _ = render.load_throughput(results)
+    shown = table[~table["policy"].isin(["oracle", "async"])]["relative_to_oracle"]
+    assert values == sorted(round(v, 3) for v in shown)
+    assert sum(len(line.get_xdata()) == 2 for line in ax.get_lines()) >= len(bars)  # whiskers
+    render.plt.close(fig)
+
+
+def test_throughput_over_time_a_panel_per_policy(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: replay.throughput_over_time(
+        d, {"sim": "s"}, tmp_path / "o.png"))
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == 5  # sync, static, bdsgd, oracle, explore-bdsgd (default rule)
+    assert all(_labelled(ax) for ax in panels)
+    assert "accepted gradients / s" in panels[0].get_ylabel()
+    for ax in panels:
+        policy = ax.get_title().split(": ")[1].split("\n")[0]
+        assert ax.get_lines()[1].get_color() == policy_colour(policy)
+    render.plt.close(fig)
+
+
+def test_worker_time_and_its_answer(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch,
+                   lambda t, d, p, o: replay.worker_time(t, tmp_path / "w.png"))
+    ax = fig.axes[0]
+    assert _labelled(ax) and len(ax.get_yticklabels()) == 6  # the oracle too
+    assert any("idle 30.0%" in t.get_text() for t in ax.texts)  # sync: idle 0.3
+    table, _ = render.load_throughput(results)
+    answer = replay.worker_time_answer(table)
+    assert "30.0% of their time under sync" in answer and "under oracle" in answer
+    render.plt.close(fig)
+
+
+def test_period_sweep_lines_and_the_fixed_reference(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch,
+                   lambda t, d, p, o: replay.period_sweep(p, tmp_path / "p.png"))
+    ax = fig.axes[0]
+    labels = {line.get_label(): line for line in ax.get_lines()}
+    assert set(labels) == {"bdsgd", "oracle-fixed (c = 3)"}
+    assert list(labels["bdsgd"].get_xdata()) == [1, 10] and _labelled(ax)
+    answer = replay.period_sweep_answer(load_period_sweep(results))
+    assert "bdsgd goes from 0.969" in answer and "to 0.960 every 10" in answer
+    assert "best fixed cutoff in hindsight reaches 0.950" in answer
+    render.plt.close(fig)
+
+
+def test_decision_overhead_against_the_iteration(results, monkeypatch, tmp_path):
+    [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: replay.decision_overhead(
+        o, None, tmp_path / "d.png"))
+    ax = fig.axes[0]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(dots) == 5 and ax.get_yscale() == "log" and _labelled(ax)
+    # sync's median: 0.01 ms of a 1.5 s iteration, in its colour
+    [sync] = [d for d in dots if d.get_label() == "sync"]
+    assert sync.get_color() == policy_colour("sync")
+    assert sync.get_ydata()[0] == pytest.approx(0.01e-3 / 1.5)
+    overhead = load_overhead(results)
+    assert "explore-bdsgd's" in replay.decision_overhead_answer(overhead, None)
+    # a normalised trace: its median run-time is one gradient time
+    normalised = overhead.assign(time_unit="normalised 0-1000", runtime_median=500.0)
+    seconds = replay.iteration_seconds(normalised, 0.05)
+    assert seconds.tolist() == pytest.approx([1.5 * 0.05 / 500] * len(overhead))
+    assert replay.iteration_seconds(normalised, None).isna().all()
+    render.plt.close(fig)
+
+
+def test_throughput_answers_state_the_fixture(results):
+    table, decisions = render.load_throughput(results)
+    answer = replay.throughput_answer(table, decisions)
+    assert answer.startswith("On sim, sync reaches 0.900") and "static reaches 0.800" in answer
+    over_time = replay.throughput_over_time_answer(decisions)
+    cv = replay.variability(decisions).set_index("policy")
+    assert f"{cv.loc['bdsgd', 'rate_cv']:.2f} under bdsgd" in over_time
+
+
+def test_throughput_summary_appends_the_replay_measures(rendered):
+    table = pd.read_csv(rendered[0] / "throughput_summary.csv")
+    assert list(table.columns) == THROUGHPUT_COLUMNS
+    assert THROUGHPUT_COLUMNS[:7] == ["trace", "policy", "rule", "gradients_per_s",
+                                      "relative_to_oracle", "mean_cutoff", "cutoff_std"]
+    assert table.set_index("policy").loc["sync", "idle_fraction"] == 0.3
+    assert not any(c.startswith("decision_ms") for c in table.columns)  # wall-clock: kept out

@@ -9,11 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bdsgd.config import default_config
-from bdsgd.cutoff import hindsight_optimum, myopic_optimum, observation, throughput
+from bdsgd.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum, observation, throughput
 from bdsgd.loop import replay
 from bdsgd.policies.base import PredictivePolicy, decide
 from bdsgd.policies.baselines import Scripted
 from bdsgd.policies.build import make_policy, warm_up
+from bdsgd.policies.periodic import Periodic
 from bdsgd.traces.schema import from_arrays
 from tests.helpers import LastIteration, Regimes
 
@@ -308,3 +309,73 @@ def test_scripted_oracle_cycles_for_longer_runs():
         picks.append(policy.choose())
         policy.observe(observation(t, x[t % 2], picks[-1], 0.0))
     assert picks == [1, 2, 1, 2]
+
+
+# ------------------------------------------------------------------------------ oracle-fixed
+def test_oracle_fixed_is_the_best_single_cutoff_in_hindsight():
+    """Rows (1, 3) and (10, 10.5): c = 1 gives 2 / 11, c = 2 gives 4 / 13.5 (the best); the
+    sequence optimum is the same here, but a fixed c cannot follow a change."""
+    x = sorted_rows([[1, 3], [10, 10.5]])
+    assert fixed_optimum(x) == (2, pytest.approx(4 / 13.5))
+    assert fixed_optimum(x, comm=np.array([0.0, 100.0])) == (1, pytest.approx(2 / 11))
+    # calm then stragglers: any fixed c loses to the sequence optimum
+    x = sorted_rows([[1, 1, 1]] * 5 + [[1, 1, 9]] * 5)
+    c, rate = fixed_optimum(x)
+    assert c == 2 and rate == pytest.approx(20 / 10) and rate < hindsight_optimum(x)[1]
+    policy = make_policy("oracle-fixed", 3, CFG, runtimes=x)
+    assert [policy.choose() for _ in range(3)] == [2, 2, 2]
+    assert replay(from_arrays(x), make_policy("oracle-fixed", 3, CFG, runtimes=x)) \
+        .gradients_per_s == pytest.approx(rate)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_oracle_fixed_equals_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    x = sorted_rows(rng.lognormal(0, 1.0, (rng.integers(1, 8), rng.integers(1, 6))))
+    best = max(throughput(x, np.full(len(x), c), 0.2) for c in range(1, x.shape[1] + 1))
+    assert fixed_optimum(x, 0.2)[1] == best
+
+
+# ------------------------------------------------------------------------------ decide_every
+def _every(k: int):
+    return dataclasses.replace(CFG, decide_every=k)
+
+
+def test_deciding_every_k_holds_the_cutoff_and_observes_every_iteration():
+    """persist predicts the last iteration's run-times: deciding every 3rd iteration, it holds
+    the cutoff it chose at 0, 3, 6 and still learns from every iteration in between."""
+    x = np.array([[1.0, 1.0, 1.0, 9.0]] * 2 + [[1.0, 9.0, 9.0, 9.0]] * 4
+                 + [[1.0, 1.0, 1.0, 1.0]] * 3)
+    trace = from_arrays(x)
+    plain = replay(trace, build("persist", 4, x, cfg=_every(1)))
+    held = replay(trace, build("persist", 4, x, cfg=_every(3)))
+    for start in (0, 3, 6):  # held between decisions
+        assert len(set(held.cutoffs[start:start + 3])) == 1
+    # a decision at 3 or 6 sees what iteration 2 or 5 showed, as the plain policy does there
+    assert held.cutoffs[3] == plain.cutoffs[3] and held.cutoffs[6] == plain.cutoffs[6]
+    assert not np.array_equal(held.cutoffs, plain.cutoffs)
+
+
+@pytest.mark.parametrize("name", ["elfving", "ecdf", "ewma", "bdsgd", "explore-ecdf"])
+def test_deciding_every_iteration_is_the_plain_policy(name):
+    x = np.random.default_rng(1).lognormal(0, 0.6, (60, 5))
+    trace = from_arrays(x)
+    plain = replay(trace, build(name, 5, x)).cutoffs
+    np.testing.assert_array_equal(replay(trace, build(name, 5, x, cfg=_every(1))).cutoffs, plain)
+    if not name.startswith("explore-"):
+        np.testing.assert_array_equal(replay(trace, Periodic(build(name, 5, x), 1)).cutoffs, plain)
+    assert isinstance(build("elfving", 5, x, cfg=_every(4)), Periodic)
+    # the references and the constant policies are not wrapped: nothing to re-decide
+    for name in ("sync", "static", "oracle", "oracle-fixed"):
+        assert not isinstance(build(name, 5, x, cfg=_every(4)), Periodic)
+
+
+def test_a_held_cutoff_counts_in_the_achieved_rate():
+    """The first decision waits for all 3 (nothing to predict from) and holds it at iteration 1:
+    lambda_hat = (d 3 + 3) / (d 4 + 2) with d = 2^(-1/100), not 3 / 4."""
+    policy = Periodic(PredictivePolicy("p", LastIteration(), "rate", 0.0, 3), 2)
+    for t, row in enumerate([[1.0, 1.0, 4.0], [1.0, 1.0, 2.0]]):
+        c = policy.choose()
+        policy.observe(observation(t, np.array(row), c, 0.0))
+    d = 0.5 ** 0.01
+    assert policy.inner.rate == pytest.approx((d * 3 + 3) / (d * 4 + 2))

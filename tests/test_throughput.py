@@ -69,7 +69,7 @@ def test_benchmark_table_decisions_and_determinism(tmp_path, caplog):
 
     decisions = pq.read_table(tmp_path / "d0.parquet").to_pandas()
     assert list(decisions.columns) == ["policy", "iteration", "cutoff", "duration_s",
-                                       "cutoff_time_s"]
+                                       "cutoff_time_s", "forecast_s", "realised_s"]
     sync = decisions[decisions.policy == "sync"]
     np.testing.assert_allclose(sync.duration_s, x.max(axis=1) + 0.1)
     assert set(decisions.policy) == set(table) - {"async"}
@@ -207,3 +207,34 @@ def test_a_ring_has_no_server_for_the_async_reference(tmp_path):
                      "network": {"topology": "ring"}})
     with pytest.raises(UserError, match="network.topology: ring has no server"):
         run_benchmark(tmp_path / "t.parquet", ["sync", "async"], cfg=cfg)
+
+
+def test_period_sweep_and_the_replay_measures(tmp_path):
+    """The period sweep replays the period policies among --policies at each period, beside
+    oracle-fixed; every cutoff policy's row says how steady and how busy its replay was."""
+    x = tiny_trace(tmp_path / "t.parquet")
+    cfg = from_dict({"experiment": "x", "traces": {"t": {"source": "simulate"}},
+                     "train": {"trace": "t", "tasks": ["digits"]},
+                     "throughput": {"decide_every": [1, 4], "period_policies": ["ecdf", "bdsgd"]}})
+    result = run_benchmark(tmp_path / "t.parquet", ["sync", "ecdf", "oracle-fixed"], cfg=cfg,
+                           comm_s=0.1, period_out=tmp_path / "p.csv")
+    sweep = pd.read_csv(tmp_path / "p.csv")
+    assert list(sweep.columns) == ["period", "policy", "gradients_per_s", "relative_to_oracle",
+                                   "mean_cutoff"]
+    assert set(zip(sweep.period, sweep.policy, strict=True)) == {
+        (1, "ecdf"), (4, "ecdf"), (1, "oracle-fixed"), (4, "oracle-fixed")}
+    table = result["policies"]
+    at = sweep.set_index(["period", "policy"])["gradients_per_s"]
+    assert at[1, "ecdf"] == pytest.approx(table["ecdf"]["gradients_per_s"])  # the plain replay
+    assert at[4, "oracle-fixed"] == pytest.approx(table["oracle-fixed"]["gradients_per_s"])
+    assert table["oracle-fixed"]["cutoff_std"] == 0.0
+    assert table["oracle-fixed"]["relative_to_oracle"] >= table["sync"]["relative_to_oracle"]
+    # sync waits for the slowest: never drops a gradient; each worker idles max - own
+    sync = table["sync"]
+    assert sync["wasted_fraction"] == 0.0
+    idle = ((x.max(axis=1, keepdims=True) - x).sum() + 6 * 0.1 * len(x)) / \
+        (6 * (x.max(axis=1) + 0.1).sum())
+    assert sync["idle_fraction"] == pytest.approx(idle)
+    assert sync["cutoff_cv"] == 0.0
+    rate = 6 / (x.max(axis=1) + 0.1)
+    assert sync["iteration_rate_cv"] == pytest.approx(rate.std() / rate.mean())

@@ -11,9 +11,11 @@ library.
 from bdsgd.plotting import FIGURE_FORMATS, figure_files
 
 __all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLICY_DASHES",
-           "FALLBACK_COLOURS", "EXPLORE_PREFIX"]
+           "FALLBACK_COLOURS", "EXPLORE_PREFIX", "VARIANT_SEP"]
 
 FIGURES = {
+    "reviewers": ("reviewers.csv", "reviewers.rst", "Reviewer questions"),
+    "answers": ("answers.rst", "answers.rst", "Reviewer questions"),
     "summary": ("summary.csv", "summary.rst", "Tables"),
     "throughput_summary": ("throughput_summary.csv", "throughput_summary.rst", "Tables"),
     "time_to_accuracy": ("time_to_accuracy.png", "time_to_accuracy.rst", "Convergence"),
@@ -21,10 +23,21 @@ FIGURES = {
     "training_cutoff": ("training_cutoff.png", "training_cutoff.rst", "Convergence"),
     "cutoff_over_time": ("cutoff_over_time.png", "cutoff_over_time.rst", "Policies"),
     "throughput": ("throughput.png", "throughput.rst", "Policies"),
+    "throughput_over_time": ("throughput_over_time.png", "throughput_over_time.rst", "Policies"),
+    "worker_time": ("worker_time.png", "worker_time.rst", "Policies"),
+    "period_sweep_summary": ("period_sweep.csv", "period_sweep_summary.rst", "Tables"),
+    "period_sweep": ("period_sweep.png", "period_sweep.rst", "Policies"),
+    "decision_overhead": ("decision_overhead.png", "decision_overhead.rst", "Policies"),
     "comm_sweep_summary": ("comm_sweep.csv", "comm_sweep_summary.rst", "Tables"),
     "comm_sweep": ("comm_sweep.png", "comm_sweep.rst", "Policies"),
+    "censoring": ("censoring.png", "censoring.rst", "Policies"),
+    "data_value": ("data_value.png", "data_value.rst", "Policies"),
+    "replay_ablations": ("replay_ablations.csv", "replay_ablations.rst", "Tables"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
+    "ablations": ("ablations.png", "ablations.rst", "Convergence"),
+    "ablations_summary": ("ablations.csv", "ablations_summary.rst", "Tables"),
+    "distributed_replay": ("distributed_replay.png", "distributed_replay.rst", "Convergence"),
 }
 
 
@@ -49,12 +62,16 @@ POLICY_COLOURS = {
     "bayes": "#CC79A7",  # reddish purple
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#000000",
+    "oracle-fixed": "#000000",  # the best single cutoff in hindsight
     "async": "#56B4E9",  # the training modes, dashed
     "cyclic": "#E69F00",
 }
 # The line style of a policy that is not solid: the second (dashed) and third (dotted) of a
 # colour.
 POLICY_DASHES = {"static": "--", "persist": "--", "bdsgd-model": "--", "bdsgd-paper": ":",
-                 "oracle-myopic": "--", "async": "--", "cyclic": "--"}
+                 "oracle-myopic": "--", "oracle-fixed": ":", "async": "--", "cyclic": "--"}
 FALLBACK_COLOURS = ("#332288", "#117733", "#44AA99", "#882255", "#999933", "#AA4499")
 EXPLORE_PREFIX = "explore-"
+# <policy>+<variant>: the policy trained with other train: keys (bdsgd.policies.VARIANTS), an arm
+# of the convergence runs of its own; ``ablations`` draws each beside its policy.
+VARIANT_SEP = "+"

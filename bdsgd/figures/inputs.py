@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import numbers
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,24 +19,36 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from bdsgd.config import CENSORING, LATE
 from bdsgd.errors import UserError
 from bdsgd.layout import ANY, Layout
-from bdsgd.traces.io import META_KEY
+from bdsgd.traces.io import META_KEY, read_trace
+from bdsgd.traces.schema import Trace
 
 # A public contract: columns may be appended, never removed or reordered.
 SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy",
                    "gradients_per_s", "mean_cutoff", "iterations", "virtual_time_s",
                    "target_accuracy", "final_test_loss", "mean_staleness", "n_workers", "trace"]
 THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to_oracle",
-                      "mean_cutoff", "cutoff_std"]
+                      "mean_cutoff", "cutoff_std", "iteration_rate_cv", "cutoff_cv",
+                      "idle_fraction", "wasted_fraction"]
 COMM_SWEEP_COLUMNS = ["trace", "ratio", "topology", "policy", "gradients_per_s",
                       "relative_to_oracle", "relative_to_sync", "mean_cutoff"]
 # Metrics columns that older runs do not have: read as NaN (unavailable) there.
 OPTIONAL_METRICS = ("gradients", "staleness")
 # What the figures draw from each kind of table.
 METRICS = ("iteration", "virtual_time_s", "cutoff", "train_loss", "test_accuracy")
-DECISIONS = ("policy", "iteration", "cutoff")
+DECISIONS = ("policy", "iteration", "cutoff", "duration_s")
+ABLATED = ("forecast_s", "realised_s")  # and, of an ablation's decisions
+PERIOD_SWEEP_COLUMNS = ["trace", "period", "policy", "gradients_per_s", "relative_to_oracle",
+                        "mean_cutoff"]
+# Per policy and trace: the decision latencies (wall-clock, kept out of the tables), the
+# iteration they are measured against, and what the trace says about its run-times.
+OVERHEAD_COLUMNS = ["trace", "policy", "decision_ms_p50", "decision_ms_p99", "mean_iteration_s",
+                    "n_workers", "runtime_median", "time_unit"]
 PREDICTIONS = ("order", "iteration", "predicted_mean", "lo90", "hi90", "realised")
+DISTRIBUTED_METRICS = ("iteration", "wall_time_s", "cutoff")
+DISTRIBUTED_REPLAY = ("iteration", "virtual_s", "replay_cutoff", "replay_s")
 
 
 def need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
@@ -94,17 +107,24 @@ def virtual_time_unit(path: Path) -> str:
     return str(meta.get("time_unit", "s"))
 
 
-def load_note(results_dir: Path) -> str | None:
-    """The experiment's figure_note (results/<experiment>/config.yaml, the whole config as the
-    workflow records it): the line printed under every figure; None without one."""
+def _config(results_dir: Path) -> dict:
+    """The experiment's config as the workflow records it (results/<experiment>/config.yaml);
+    empty where there is none."""
     path = Path(Layout(str(results_dir)).config())
     if not path.is_file():
-        return None
+        return {}
     try:
         data = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise UserError(str(path), "-", f"damaged: not valid YAML ({exc})") from None
-    note = data.get("figure_note") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def load_note(results_dir: Path) -> str | None:
+    """The experiment's figure_note (results/<experiment>/config.yaml, the whole config as the
+    workflow records it): the line printed over every figure; None without one."""
+    path, data = Path(Layout(str(results_dir)).config()), _config(results_dir)
+    note = data.get("figure_note")
     if note is not None and not isinstance(note, str):
         raise UserError(str(path), "figure_note", f"not a string: {note!r}")
     return note or None
@@ -169,25 +189,84 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, pd.concat(decisions, ignore_index=True)
 
 
-def load_comm_sweep(results_dir: Path) -> pd.DataFrame:
-    """Every trace's communication sweep (``bdsgd.throughput.comm_sweep``), one row per ratio x
-    topology x policy, with its trace."""
+def _sweeps(results_dir: Path, file: str, columns: list[str]) -> pd.DataFrame:
+    """Every trace's table ``file`` beside its throughput.json, with ``columns`` (the first:
+    trace, which it gets)."""
     layout, frames = Layout(str(results_dir)), []
     for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
-        csv = path.with_name("comm_sweep.csv")  # beside throughput.json (Layout.throughput)
+        csv = path.with_name(file)  # beside throughput.json (Layout.throughput)
         if not csv.is_file():
             raise UserError(str(csv), "-", "file missing")
         try:
             frame = pd.read_csv(csv)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise UserError(str(csv), "-", f"damaged: not a CSV table ({exc})") from None
-        missing = [c for c in COMM_SWEEP_COLUMNS[1:] if c not in frame.columns]
+        missing = [c for c in columns[1:] if c not in frame.columns]
         if missing:
             raise UserError(str(csv), missing[0], f"column missing (have {list(frame.columns)})")
         if frame.empty:
             raise UserError(str(csv), "-", "no rows")
-        frames.append(frame.assign(trace=path.parent.name)[COMM_SWEEP_COLUMNS])
+        frames.append(frame.assign(trace=path.parent.name)[columns])
     return pd.concat(frames, ignore_index=True)
+
+
+def load_comm_sweep(results_dir: Path) -> pd.DataFrame:
+    """Every trace's communication sweep (``bdsgd.throughput.comm_sweep``), one row per ratio x
+    topology x policy, with its trace."""
+    return _sweeps(results_dir, "comm_sweep.csv", COMM_SWEEP_COLUMNS)
+
+
+def load_period_sweep(results_dir: Path) -> pd.DataFrame:
+    """Every trace's re-decision period sweep (``bdsgd.throughput.period_sweep``), one row per
+    period x policy, with its trace."""
+    return _sweeps(results_dir, "period_sweep.csv", PERIOD_SWEEP_COLUMNS)
+
+
+def load_overhead(results_dir: Path) -> pd.DataFrame:
+    """Per trace and policy of every throughput.json (default rule; async, which decides
+    nothing, left out): OVERHEAD_COLUMNS."""
+    rows, layout = [], Layout(str(results_dir))
+    for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
+        trace = read_json(path, "trace")
+        for key in ("n_workers", "runtime_median"):
+            if not isinstance(trace.get(key), numbers.Real):
+                raise UserError(str(path), f"trace.{key}", f"missing or not a number: "
+                                f"{trace.get(key)!r}")
+        for name, entry in read_json(path, "policies").items():
+            if "/" in name or name == "async":
+                continue
+            for key in OVERHEAD_COLUMNS[2:5]:
+                if not isinstance(entry.get(key), numbers.Real):
+                    raise UserError(str(path), f"policies.{name}.{key}",
+                                    f"missing or not a number: {entry.get(key)!r}")
+            rows.append({"trace": path.parent.name, "policy": name,
+                         **{k: entry[k] for k in OVERHEAD_COLUMNS[2:5]},
+                         "n_workers": trace["n_workers"], "runtime_median": trace["runtime_median"],
+                         "time_unit": str(trace.get("time_unit", "s"))})
+    return pd.DataFrame(rows, columns=OVERHEAD_COLUMNS)
+
+
+def gradient_s(results_dir: Path) -> float | None:
+    """The experiment's train.gradient_s (seconds of one worker batch, which a trace in
+    normalised units is scaled to; results/<experiment>/config.yaml), or None where it sets
+    none."""
+    train = _config(results_dir).get("train")
+    value = train.get("gradient_s") if isinstance(train, dict) else None
+    return float(value) if isinstance(value, numbers.Real) and value > 0 else None
+
+
+def load_replay_ablations(results_dir: Path) -> list[tuple[str, str, str, dict, pd.DataFrame]]:
+    """Every replay ablation arm (throughput.ablations) found: (trace, ablation, arm, its
+    policies table, its decisions), censoring's arms (``CENSORING``) then the data ablation's
+    (``LATE``); none where no trace ran them."""
+    layout, arms = Layout(str(results_dir)), []
+    for ablation, prefix, names in (("censoring", "censored", CENSORING), ("data", "late", LATE)):
+        for name in names:
+            for path in layout.find(layout.throughput(ANY, f"{prefix}-{name}.json")):
+                decisions = read_parquet(path.with_suffix(".parquet"), DECISIONS + ABLATED)
+                arms.append((path.parent.name, ablation, name, read_json(path, "policies"),
+                             decisions))
+    return arms
 
 
 def load_traces(results_dir: Path) -> dict[str, np.ndarray]:
@@ -220,3 +299,52 @@ def load_predictions(results_dir: Path) -> list[tuple[str, pd.DataFrame, str]]:
     frames = [(path, read_parquet(path, PREDICTIONS)) for path in paths]
     return [(path.parent.name, frame.assign(step=replayed_step(frame["iteration"])),
              time_unit(results_dir, path.parent.name)) for path, frame in frames]
+
+
+@dataclass(frozen=True)
+class DistributedJob:
+    """A real ``bdsgd distributed`` job as its server recorded it."""
+
+    name: str
+    policy: str
+    late: str  # distributed.late: what the workers it did not wait for did
+    metrics: pd.DataFrame  # DISTRIBUTED_METRICS, one row per iteration
+    trace: Trace  # the run-times it recorded (censored where the cutoff cut a worker)
+    # the virtual clock on that trace, DISTRIBUTED_REPLAY per iteration: with the job's cutoffs,
+    # and a fresh policy's own run (bdsgd.distributed.ps.ParameterServer._replay)
+    replay: pd.DataFrame
+
+
+def load_distributed(results_dir: Path) -> list[DistributedJob]:
+    """Every distributed job (``Layout.distributed``): its result.json's job (policy, late
+    mode, workers), metrics, trace and replay, as many iterations in each and the cutoffs in
+    1..n. None at all is no error: a results folder without distributed jobs."""
+    layout, jobs = Layout(str(results_dir)), []
+    for path in layout.find(layout.distributed(ANY)):
+        job = read_json(path, "job")
+        workers = job.get("workers")
+        for key, ok in (("policy", isinstance(job.get("policy"), str)),
+                        ("late", isinstance(job.get("late"), str)),
+                        ("workers", type(workers) is int and workers > 0)):
+            if not ok:
+                raise UserError(str(path), f"job.{key}", f"missing or invalid: {job.get(key)!r}")
+        metrics = read_parquet(path.with_name("result.metrics.parquet"), DISTRIBUTED_METRICS)
+        trace_path = path.with_name("result.trace.parquet")
+        trace = read_trace(trace_path)
+        if trace.runtimes.shape != (len(metrics), workers):
+            raise UserError(str(trace_path), "-", f"{trace.n_iterations} iterations of "
+                            f"{trace.n_workers} workers; the job ran {len(metrics)} of {workers}")
+        checks = {"cutoff": (metrics["cutoff"].between(1, workers).all(), f"outside 1..{workers}"),
+                  "wall_time_s": ((np.diff(metrics["wall_time_s"], prepend=0.0) > 0).all(),
+                                  "not increasing from 0")}
+        for column, (ok, message) in checks.items():
+            if not ok:
+                raise UserError(str(path.with_name("result.metrics.parquet")), column, message)
+        replay_path = path.with_name("result.replay.parquet")
+        replay = read_parquet(replay_path, DISTRIBUTED_REPLAY)
+        if len(replay) != len(metrics) or not replay["replay_cutoff"].between(1, workers).all():
+            raise UserError(str(replay_path), "replay_cutoff", f"not {len(metrics)} iterations "
+                            f"of cutoffs in 1..{workers}, as the job ran")
+        jobs.append(DistributedJob(path.parent.name, job["policy"], job["late"], metrics, trace,
+                                   replay))
+    return jobs

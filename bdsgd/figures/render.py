@@ -4,26 +4,26 @@
 
     traces/<trace>/{trace,test}.parquet, describe.json
     models/<trace>/evaluation.json, predictions.parquet
-    throughput/<trace>/throughput.json, decisions.parquet
+    throughput/<trace>/throughput.json, decisions.parquet, comm_sweep.csv, period_sweep.csv
     runs/<trace>/<task>/<policy>/seed<k>/{metrics.parquet, result.json}
+    distributed/<job>/result.json, result.{metrics,trace,replay}.parquet (may be none)
 
 (found through ``bdsgd.layout``, as the workflow lays them out; read and checked, every file,
 by ``bdsgd.figures.inputs`` before any figure is drawn: a missing or damaged file is one line
 naming it, and nothing is written) and writes every figure as PNG and PDF (``bdsgd.plotting``)
-plus ``summary.csv`` (one row per convergence run) and ``throughput_summary.csv`` (one row per
-trace x policy x rule). The tables hold no wall-clock numbers, so two runs of the same commit
+plus ``summary.csv`` (one row per convergence run), ``throughput_summary.csv`` (one row per
+trace x policy x rule) and the sweeps' tables. The throughput replay's figures are in
+``bdsgd.figures.replay``. The tables hold no wall-clock numbers, so two runs of the same commit
 and config give byte-identical tables; the PDFs carry no creation date, so they too repeat byte
 for byte on the same library versions.
 
-The figures are drawn by role: ``convergence`` (accuracy, time to target, loss), ``cutoffs``
-(the cutoffs chosen, small multiples per policy), ``runtimes`` (trace distributions, the run-time
-model's predictions) and here (throughput); what they share, each policy's fixed colour and line
-style included, is in ``common``. Every figure is saved with the experiment's figure_note under
-it, if it has one.
+Each policy has one fixed colour in every figure (``policy_style``, from
+``bdsgd.figures.POLICY_COLOURS``). Curves over seeds are the median with a min-max band.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -36,59 +36,59 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from bdsgd.errors import UserError  # noqa: E402
-from bdsgd.figures import FIGURES  # noqa: E402
-from bdsgd.figures.common import bar_style as _bar_style  # noqa: E402
+from bdsgd.figures import (  # noqa: E402
+    FIGURES,
+    replay,
+    replay_ablations,
+)
+from bdsgd.figures.ablations import ablation_table, ablations, ablations_answer  # noqa: E402
+from bdsgd.figures.answers import answers_rst, reviewers_table  # noqa: E402
 from bdsgd.figures.common import policy_colour, policy_style  # noqa: E402, F401 - render's API
-from bdsgd.figures.convergence import loss_curves, time_to_accuracy  # noqa: E402
-from bdsgd.figures.cutoffs import cutoff_over_time, training_cutoff  # noqa: E402
+from bdsgd.figures.convergence import (  # noqa: E402, F401 - the figures: render's API too
+    cutoff_over_time,
+    cutoff_over_time_answer,
+    loss_curves,
+    time_to_accuracy,
+    time_to_accuracy_answer,
+    training_cutoff,
+    training_cutoff_answer,
+)
+from bdsgd.figures.distributed import (  # noqa: E402
+    distributed_replay,
+    distributed_replay_answer,
+    replay_job,
+)
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
+    gradient_s,
     load_comm_sweep,
+    load_distributed,
     load_note,
+    load_overhead,
+    load_period_sweep,
     load_predictions,
+    load_replay_ablations,
     load_runs,
     load_throughput,
     load_traces,
 )
 from bdsgd.figures.inputs import time_unit as _time_unit  # noqa: E402, F401
-from bdsgd.figures.runtimes import model_predictions, runtime_distributions  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
-from bdsgd.plotting import figure_note, save_figure  # noqa: E402
+from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
-# the training modes that are no cutoff policy: no throughput bar of their own
-from bdsgd.schedules import MODES  # noqa: E402
+# the training modes that are no cutoff policy: no cutoff to draw, and their metrics rows are
+# rounds of about n applied gradients rather than iterations
 
 logger = logging.getLogger(__name__)
 
 FLOAT_FORMAT = "%.10g"
-
-
+TRACE_COLOURS = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB")
+ORDER_COLOURS = ("#4477AA", "#228833", "#EE6677")
+# Series that are no policy (traces, order statistics): Tol's colour-blind-safe bright palette.
 def _write_csv(df: pd.DataFrame, path: Path) -> list[Path]:
     return [write_with(path, lambda tmp: df.to_csv(tmp, index=False, float_format=FLOAT_FORMAT,
                                                    lineterminator="\n"))]
-
-
-def throughput_bars(table: pd.DataFrame, path: Path) -> list[Path]:
-    """Throughput relative to the exact hindsight oracle, per policy (and rule): a panel per
-    trace, each bar in its policy's colour."""
-    rows = table[~table["policy"].isin(["oracle", *MODES])]
-    # a long name breaks after its first hyphen, so neighbouring labels do not run together
-    name = rows["policy"].str.replace("-", "-\n", n=1, regex=False)
-    rows = rows.assign(label=np.where(rows["rule"] == "", name, name + "\n" + rows["rule"]))
-    labels, traces = list(pd.unique(rows["label"])), sorted(rows["trace"].unique())
-    fig, axes = plt.subplots(len(traces), 1, figsize=(max(8, 0.75 * len(labels) + 3),
-                                                      3.2 * len(traces)), squeeze=False)
-    low = float(np.nanmin(rows["relative_to_oracle"]))
-    for ax, trace in zip(axes[:, 0], traces, strict=True):
-        for row in rows[rows["trace"] == trace].itertuples():
-            ax.bar(labels.index(row.label), row.relative_to_oracle, **_bar_style(row.policy))
-        ax.set_xticks(range(len(labels)), labels, fontsize=8)
-        ax.set(ylim=(max(0.0, low - 0.05), 1.01), ylabel="throughput / hindsight oracle",
-               title=f"{trace}: throughput of each policy (accepted gradients per second)")
-        ax.axhline(1.0, color="k", lw=0.8)
-    axes[-1, 0].set_xlabel("policy (decision rule)")
-    return save_figure(fig, path)
 
 
 def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
@@ -119,6 +119,87 @@ def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
     return save_figure(fig, path)
 
 
+def comm_sweep_answer(sweep: pd.DataFrame) -> str:
+    """Per trace and topology: the largest communication ratio at which the best causal cutoff
+    policy still beats sync by 2 %, and its gain there."""
+    parts = []
+    causal = sweep[~sweep["policy"].isin(["oracle", "oracle-myopic", "sync"])]
+    for (trace, topology), sub in causal.groupby(["trace", "topology"], sort=True):
+        best = sub.loc[sub.groupby("ratio")["relative_to_sync"].idxmax()]
+        pays = best[best["relative_to_sync"] > 1.02]
+        if pays.empty:
+            parts.append(f"{trace}, {topology}: no causal policy beats sync by 2 % at any ratio")
+        else:
+            top = pays.iloc[-1]
+            parts.append(f"{trace}, {topology}: {top.policy} still {top.relative_to_sync:.2f}x "
+                         f"sync at rho = {top.ratio:g}")
+    return ("The best causal policy over sync at the largest rho where one gains 2 %: "
+            + "; ".join(parts) + ".")
+
+
+def runtime_distributions(results_dir: Path, path: Path,
+                          traces: dict[str, np.ndarray] | None = None) -> list[Path]:
+    """Empirical CDF of every trace's run-times over its median (log scale: the tail matters).
+    ``traces``: ``inputs.load_traces``' (None: read them from ``results_dir``)."""
+    traces = load_traces(results_dir) if traces is None else traces
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (name, x), colour in zip(traces.items(), itertools.cycle(TRACE_COLOURS)):
+        x = np.sort(x / np.median(x))
+        ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name, color=colour)
+    ax.set(xscale="log", xlabel="run-time / the trace's median run-time (no unit)",
+           ylabel="empirical CDF", title="worker run-time distributions")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def shown_orders(orders) -> list[int]:
+    """The order statistics the predictions figure shows: n-2, n-1 and n (n the largest order),
+    where the decision between waiting for every worker and cutting one or two is made."""
+    n = max(orders)
+    return [c for c in (n - 2, n - 1, n) if c in set(orders)]
+
+
+def model_predictions(results_dir: Path, path: Path,
+                      predictions: list[tuple[str, pd.DataFrame, str]] | None = None) -> list[Path]:
+    """Predicted E[x_(c)] with 90% interval against the realised order statistic, held out, for
+    the orders c = n-2, n-1, n (``shown_orders``), against the replayed iteration (from 0).
+    ``predictions``: ``inputs.load_predictions``' (None: read them from ``results_dir``)."""
+    predictions = load_predictions(results_dir) if predictions is None else predictions
+    fig, axes = plt.subplots(len(predictions), 1, figsize=(10, 3.3 * len(predictions) + 0.5),
+                             squeeze=False, layout="constrained")
+    for ax, (trace, pred, unit) in zip(axes[:, 0], predictions, strict=True):
+        n = int(pred["order"].max())
+        for order, colour in zip(shown_orders(pred["order"].unique()), ORDER_COLOURS, strict=False):
+            p = pred[pred["order"] == order].sort_values("step")
+            name = "n" if order == n else f"n-{n - order}"
+            ax.fill_between(p["step"], p["lo90"], p["hi90"], color=colour, alpha=0.2, lw=0)
+            ax.plot(p["step"], p["predicted_mean"], color=colour, lw=1.2,
+                    label=f"c = {name} = {order}: predicted E[x_(c)], band 90% interval")
+            inside = ((p["realised"] >= p["lo90"]) & (p["realised"] <= p["hi90"])).mean()
+            ax.scatter(p["step"], p["realised"], color=colour, s=5,
+                       label=f"c = {order}: realised x_(c) ({inside:.0%} inside the band)")
+        ax.set(title=f"{trace}: one-step-ahead predictions of the slowest order statistics "
+                     f"(held out; n = {n} workers)",
+               xlabel="replayed iteration, from 0", ylabel=f"run-time ({unit_label(unit)})")
+        ax.legend(fontsize=7, ncols=3, loc="upper left", bbox_to_anchor=(0, -0.22), frameon=False)
+    return save_figure(fig, path)
+
+
+def model_predictions_answer(predictions: list[tuple[str, pd.DataFrame, str]]) -> str:
+    """How well the model forecasts the orders the decision turns on, measured: per trace, the
+    share of held-out iterations whose realised x_(c) fell in its 90% interval, c = n-2..n."""
+    sentences = []
+    for trace, pred, _ in predictions:
+        shown = pred[pred["order"].isin(shown_orders(pred["order"].unique()))]
+        inside = ((shown["realised"] >= shown["lo90"]) & (shown["realised"] <= shown["hi90"]))
+        by_order = inside.groupby(shown["order"]).mean()
+        sentences.append(f"On {trace}, the realised x_(c) fell inside the 90% prediction interval "
+                         f"on {inside.mean():.0%} of held-out iterations for c = "
+                         f"{by_order.index.min()}..{by_order.index.max()} ("
+                         + ", ".join(f"c = {c}: {v:.0%}" for c, v in by_order.items()) + ").")
+    return " ".join(sentences)
+
+
 def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     """Draw every figure and write both summary tables; returns the files written. Every input
     is read and checked first: a bad one is a UserError, and then nothing is written. Every
@@ -132,8 +213,13 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
     summary, metrics = load_runs(results_dir)
     table, decisions = load_throughput(results_dir)
-    sweep = load_comm_sweep(results_dir)
+    sweep, periods = load_comm_sweep(results_dir), load_period_sweep(results_dir)
+    overhead, seconds = load_overhead(results_dir), gradient_s(results_dir)
+    units = {trace: _time_unit(results_dir, trace) for trace in table["trace"].unique()}
     traces, predictions = load_traces(results_dir), load_predictions(results_dir)
+    replayed = replay_ablations.ablation_table(load_replay_ablations(results_dir))
+    ablated = ablation_table(summary)
+    jobs = load_distributed(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
@@ -143,12 +229,42 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *loss_curves(metrics, path["loss_curves"]),
         *training_cutoff(metrics, summary, path["training_cutoff"]),
         *cutoff_over_time(decisions, path["cutoff_over_time"]),
-        *throughput_bars(table, path["throughput"]),
+        *replay.throughput_bars(table, decisions, path["throughput"]),
+        *replay.throughput_over_time(decisions, units, path["throughput_over_time"]),
+        *replay.worker_time(table, path["worker_time"]),
+        *_write_csv(periods, path["period_sweep_summary"]),
+        *replay.period_sweep(periods, path["period_sweep"]),
+        *replay.decision_overhead(overhead, seconds, path["decision_overhead"]),
         *_write_csv(sweep, path["comm_sweep_summary"]),
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
         *model_predictions(results_dir, path["model_predictions"], predictions),
+        *_write_csv(replayed, path["replay_ablations"]),
+        *replay_ablations.draw(replayed, "censoring", path["censoring"], units.get, policy_style),
+        *replay_ablations.draw(replayed, "data", path["data_value"], units.get, policy_style),
+        *_write_csv(ablated, path["ablations_summary"]),
+        *ablations(ablated, path["ablations"], policy_colour),
+        *distributed_replay(jobs, path["distributed_replay"], policy_style),
     ]
+    # the measured answer to each reviewer question, beside the figure that answers it
+    answers = {
+        "time_to_accuracy": time_to_accuracy_answer(metrics, summary),
+        "training_cutoff": training_cutoff_answer(metrics),
+        "cutoff_over_time": cutoff_over_time_answer(decisions),
+        "model_predictions": model_predictions_answer(predictions),
+        "comm_sweep": comm_sweep_answer(sweep),
+        "throughput": replay.throughput_answer(table, decisions),
+        "throughput_over_time": replay.throughput_over_time_answer(decisions),
+        "worker_time": replay.worker_time_answer(table),
+        "period_sweep": replay.period_sweep_answer(periods),
+        "decision_overhead": replay.decision_overhead_answer(overhead, seconds),
+        "censoring": replay_ablations.censoring_answer(replayed),
+        "data_value": replay_ablations.data_value_answer(replayed),
+        "ablations": ablations_answer(ablated),
+        "distributed_replay": distributed_replay_answer({job.name: replay_job(job) for job in jobs}),
+    }
+    written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
+                *_write_csv(reviewers_table(answers), path["reviewers"])]
     for path in written:
         logger.info(f"wrote {path}")
     return written

@@ -1,5 +1,6 @@
-"""The statistics the figures and tables report over seeds: a median time to target and a
-distribution-free interval for it. Plain numpy and pandas (no plotting), so benchmarks use it too.
+"""The statistics the figures and tables report: over seeds, a median time to target and a
+distribution-free interval for it; over one replay's iterations, a batch-means interval for a
+throughput ratio. Plain numpy, scipy and pandas (no plotting), so benchmarks use them too.
 """
 
 from __future__ import annotations
@@ -8,6 +9,9 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
+BLOCKS = 20  # contiguous blocks of a replay's iterations in a batch-means interval
 
 
 def median_interval(values, level: float = 0.95) -> tuple[float, float, float, float]:
@@ -27,6 +31,25 @@ def median_interval(values, level: float = 0.95) -> tuple[float, float, float, f
             break
         j, coverage = j + 1, wider
     return float(np.median(x)), float(x[j - 1]), float(x[m - j]), coverage
+
+
+def block_ratio_interval(c, d, c_ref, d_ref, blocks: int = BLOCKS,
+                         level: float = 0.95) -> tuple[float, float]:
+    """Batch-means interval for the throughput ratio q = R / R_ref, R = sum_t c_t / sum_t d_t,
+    of two replays of the same iterations. The T iterations are cut into ``blocks`` contiguous
+    blocks (B of them, fewer if T < blocks); block b's ratio is q_b = (sum_b c / sum_b d) /
+    (sum_b c_ref / sum_b d_ref), and the interval q -+ t_{B-1, (1 + level)/2} sd(q_b) / sqrt(B)
+    is centred on the whole replay's q and treats the blocks as independent. (NaN, NaN) below
+    two blocks."""
+    parts = [np.array_split(np.asarray(v, dtype=float), min(blocks, len(c)))
+             for v in (c, d, c_ref, d_ref)]
+    q = np.array([(a.sum() / b.sum()) / (x.sum() / y.sum())
+                  for a, b, x, y in zip(*parts, strict=True)])
+    if len(q) < 2:
+        return np.nan, np.nan
+    whole = (np.sum(c) / np.sum(d)) / (np.sum(c_ref) / np.sum(d_ref))
+    half = stats.t.ppf((1 + level) / 2, len(q) - 1) * q.std(ddof=1) / math.sqrt(len(q))
+    return float(whole - half), float(whole + half)
 
 
 def time_to_target_stats(summary: pd.DataFrame) -> pd.DataFrame:

@@ -135,6 +135,7 @@ class PredictivePolicy:
         self.decay = 0.5 ** (1.0 / halflife)
         self.gradients, self.seconds = 0.0, 0.0  # exponentially weighted sums (of worth)
         self.chosen = False  # whether the iteration being observed was this policy's choice
+        self.expected: np.ndarray | None = None  # E[x_(c)], c = 1..n, at the last choice
 
     @property
     def rate(self) -> float | None:
@@ -153,11 +154,16 @@ class PredictivePolicy:
 
     def choose(self) -> int:
         self.chosen = True
-        expected = self.predictor.expected_order_stats()
+        self.expected = expected = self.predictor.expected_order_stats()
         if expected is None:
             return self.n
         return decide(expected, self.rule, self.rate, self.comm, self.min_gain,
                       self.worth(np.arange(1, self.n + 1)))
+
+    def forecast(self, c: int) -> float:
+        """E[x_(c)] as the predictor expected it at the last choice (NaN before it had anything
+        to go on): kept from ``choose``, so that asking draws nothing more."""
+        return np.nan if self.expected is None else float(self.expected[c - 1])
 
     def observe(self, obs: Observation) -> None:
         if self.chosen:

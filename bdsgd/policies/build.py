@@ -22,7 +22,7 @@ import numpy as np
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
 from bdsgd.cutoff import comm_at, observation
 from bdsgd.errors import UserError
-from bdsgd.policies import Spec, backups_of, spec
+from bdsgd.policies import Spec, backups_of, spec, variant
 
 if TYPE_CHECKING:
     from bdsgd.policies.base import Policy
@@ -33,6 +33,15 @@ def policy_spec(name: str, flag: str = "--policy"):
     """``spec(name)``, an unknown name being a one-line error naming ``flag``."""
     try:
         return spec(name)
+    except ValueError as exc:
+        raise UserError(flag, name, str(exc)) from None
+
+
+def policy_variant(name: str, flag: str = "--policy") -> tuple[str, dict]:
+    """``variant(name)``: the policy and the train: keys its variant sets; an unknown or idle
+    variant is a one-line error naming ``flag``."""
+    try:
+        return variant(name)
     except ValueError as exc:
         raise UserError(flag, name, str(exc)) from None
 
@@ -95,6 +104,12 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
     None: the config's; ``comm`` (a number, or comm(c) for c = 1..n, in the trace's units) None:
     the config's throughput.comm_s."""
     need, truth = policy_spec(name), inputs.truth
+    # a variant's train: keys are set where the run's config is resolved (Config.for_task): a
+    # run without them (a throughput replay, a real cluster) would not be the variant
+    base, keys = policy_variant(name)
+    if any(training is None or getattr(training, key) != value for key, value in keys.items()):
+        raise UserError("--policy", name, "a variant <policy>+<variant> is an arm of the "
+                        f"convergence runs (bdsgd train), which train with its keys {keys}")
     model, model_path, flag = ((inputs.paper_model, inputs.paper_model_path, "--paper-model")
                                if need.paper else (inputs.model, inputs.model_path, "--model"))
     source = "<distributed>" if trace is None else trace.file
@@ -120,12 +135,12 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
         raise UserError(history.file, "workers",
                         f"{history.n_workers} workers; the run has {n_workers}")
     backups = cfg.policies.static_backups
-    if name.removeprefix("explore-") == "static" and backups >= 1 and backups >= n_workers:
+    if base.removeprefix("explore-") == "static" and backups >= 1 and backups >= n_workers:
         raise UserError(cfg.source, "policies.static_backups", f"{backups:g} backup workers "
                         f"leave none of the {n_workers} workers to wait for")
     comm = cfg.throughput.comm_s if comm is None else comm
     policy = make_policy(
-        name, n_workers, cfg.policies, rule=rule, seed=seed, comm=comm,
+        base, n_workers, cfg.policies, rule=rule, seed=seed, comm=comm,
         runtimes=None if trace is None else trace.runtimes, model=model, truth=truth,
         offset=0 if trace is None else int((trace.meta.get("slice") or [0])[0]),
         objective="throughput" if training is None else training.objective,
@@ -153,13 +168,15 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     (bdsgd, bdsgd-model); ``truth`` the simulator's latent state (bayes), whose iteration
     ``offset`` is the first one replayed. ``objective`` (train.objective) and ``batch`` (samples
     per worker) are for the predictive policies (bdsgd.policies.progress); the others ignore
-    them."""
+    them. A predictive policy decides every ``cfg.decide_every`` iterations (``Periodic``;
+    inside explore-<p>'s wrapper, which may still wait for every worker on any iteration)."""
     # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
     # and every workflow parse read the registry only.
-    from bdsgd.cutoff import hindsight_optimum, myopic_optimum
+    from bdsgd.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum
     from bdsgd.policies.base import PredictivePolicy
     from bdsgd.policies.baselines import Scripted, Static, Sync
     from bdsgd.policies.explore import Explore
+    from bdsgd.policies.periodic import Periodic
     from bdsgd.policies.progress import OBJECTIVES
 
     need = spec(name)
@@ -186,12 +203,15 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         return Scripted(name, hindsight_optimum(np.sort(runtimes, axis=1), comm)[0])
     if name == "oracle-myopic":
         return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm))
+    if name == "oracle-fixed":
+        return Scripted(name, [fixed_optimum(np.sort(runtimes, axis=1), comm)[0]])
     predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset)
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics;
     # the paper's BDSGD has none
     min_gain = cfg.min_gain if need.learns and not need.paper else 0.0
-    return PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife, min_gain,
-                            objective, batch, lr_scaling)
+    policy = PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife,
+                              min_gain, objective, batch, lr_scaling)
+    return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
 
 def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model, truth,

@@ -31,6 +31,11 @@ class Explore:
     def observe(self, obs: Observation) -> None:
         self.inner.observe(obs)
 
+    def forecast(self, c: int) -> float:
+        """The inner policy's E[x_(c)] at the last choice (NaN if it forecasts nothing)."""
+        inner = getattr(self.inner, "forecast", None)
+        return np.nan if inner is None else inner(c)
+
     @property
     def noise_scale(self) -> float | None:
         """The inner policy's gradient noise scale estimate, if it keeps one."""

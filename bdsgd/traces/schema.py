@@ -89,6 +89,19 @@ class Trace:
         k = min(max(k, 1), self.n_iterations - 1)
         return self.slice(0, k), self.slice(k)
 
+    def cut_at(self, c: int) -> Trace:
+        """What a server waiting for the first ``c`` workers records (late ones abandoning their
+        work): each iteration's n - c slowest run-times censored at the cutoff time x_(c), a
+        lower bound of each."""
+        if not 1 <= c < self.n_workers:
+            raise UserError(self.file, "cutoff", f"{c}: wait for at least one of the "
+                            f"{self.n_workers} workers and cut at least one")
+        rank = self.runtimes.argsort(axis=1, kind="stable").argsort(axis=1, kind="stable")
+        tau = np.sort(self.runtimes, axis=1)[:, c - 1:c]
+        cut = rank >= c
+        return replace(self, runtimes=np.where(cut, tau, self.runtimes),
+                       censored=self.censored | cut, meta=dict(self.meta, cut_at=c))
+
     def to_frame(self) -> pd.DataFrame:
         T, n = self.runtimes.shape
         cols: dict[str, np.ndarray] = {

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from bdsgd.config import GatherConfig, from_dict
+from bdsgd.config import CENSORING, LATE, GatherConfig, from_dict
 from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
@@ -32,6 +32,7 @@ CFG = from_dict(config, "config")  # typed: what bdsgd reads of it, the same way
 TRAIN = config["train"]
 TRAIN_TRACES = CFG.train_traces()
 RES = config["resources"]
+ABLATIONS = config["throughput"]["ablations"]
 DIST = config["distributed"]["jobs"]
 # The rules' conda environment (workflow/envs/bdsgd.yaml) installs bdsgd from this checkout in
 # its post-deploy script, which Snakemake runs from a copy in .snakemake/conda/: the checkout's
@@ -182,7 +183,8 @@ def run_targets():
 # in workflow/report/, category).
 # `snakemake --report` shows the categories sorted by name: numbered, they follow the DAG's stages,
 # the summary tables last. A category not listed here stops the workflow at parse time.
-REPORT_CATEGORIES = ("Traces", "Run-time model", "Policies", "Convergence", "Tables")
+REPORT_CATEGORIES = ("Reviewer questions", "Traces", "Run-time model", "Policies", "Convergence",
+                     "Tables")
 
 
 def report_category(category):
@@ -217,6 +219,13 @@ def note_flag():
 
 def trace_figure_outputs():
     return report_outputs(TRACE_FIGURES, PATHS.trace_figure, lambda category: "{trace}")
+
+
+def ablation_outputs():
+    """The replay ablations' tables and decisions (throughput.ablations), every trace's."""
+    arms = [f"censored-{mode}" for mode in CENSORING] + [f"late-{late}" for late in LATE]
+    return [PATHS.throughput(trace, f"{arm}.{ext}") for trace in ABLATIONS["traces"]
+            for arm in arms for ext in ("json", "parquet")]
 
 
 def figure_targets():

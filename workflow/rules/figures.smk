@@ -8,10 +8,16 @@ rule figures:
         runs=run_targets(),
         throughput=expand(PATHS.throughput(), trace=config["traces"]),
         comm_sweep=expand(PATHS.throughput(file="comm_sweep.csv"), trace=config["traces"]),
+        period_sweep=expand(PATHS.throughput(file="period_sweep.csv"), trace=config["traces"]),
         evaluations=expand(PATHS.model(file="evaluation.json"), trace=config["traces"]),
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
-        config=PATHS.config(),  # its figure_note, printed under every figure
+        ablations=ablation_outputs(),
+        config=PATHS.config(),  # its figure_note, printed over every figure; train.gradient_s:
+        # a normalised trace's seconds (decision_overhead)
+        distributed=[PATHS.distributed(job, file) for job in DIST
+                     for file in ("result.json", "result.metrics.parquet", "result.trace.parquet",
+                                 "result.replay.parquet")],
     output:
         **figure_outputs(),
     log:

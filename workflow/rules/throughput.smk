@@ -1,6 +1,7 @@
 # Stage 3: replay each trace's test part under every cutoff policy (both decision rules); the
 # learning policies first see the training part, as the server that gathered it would have.
-# The communication sweep replays them again on networks from cheap to dominant communication.
+# The communication sweep replays them again on networks from cheap to dominant communication,
+# the period sweep a few of them deciding only every k-th iteration.
 
 
 rule throughput:
@@ -15,6 +16,7 @@ rule throughput:
         json=PATHS.throughput(),
         decisions=PATHS.throughput(file="decisions.parquet"),
         comm_sweep=PATHS.throughput(file="comm_sweep.csv"),
+        period_sweep=PATHS.throughput(file="period_sweep.csv"),
     log:
         PATHS.throughput_log(),
     params:
@@ -30,4 +32,4 @@ rule throughput:
         # bdsgd throughput reads the truth beside the test part itself (bdsgd.policies.build.load_inputs)
         "bdsgd throughput {input.trace} --policies {params.policies} {params.model} --rule both "
         "--history {input.history} --config {input.config} --json {output.json} "
-        "--decisions {output.decisions} --comm-sweep {output.comm_sweep} > {log} 2>&1"
+        "--decisions {output.decisions} --comm-sweep {output.comm_sweep} --period-sweep {output.period_sweep} > {log} 2>&1"
