@@ -318,10 +318,10 @@ def test_time_to_accuracy_states_its_interval_and_unit(drawn):
     assert "band: min to max over seeds" in curves.get_title()
     # min to max of m seeds covers the median with probability 1 - 2^(1-m): 50% at bdsgd's 2,
     # 0% (a point) at explore-bdsgd's 1 beside sync's 3
-    assert bars.get_title().endswith("distribution-free interval for the median\n"
-                                     "(min to max, covers it with probability >= 50% at 2 seeds)")
-    assert fig.axes[3].get_title().endswith("(min to max, covers it with probability >= 0% at "
-                                            "1-3 seeds)")
+    assert bars.get_title().endswith("distribution-free interval\nfor the median (min to max),\n"
+                                     "covering it with probability >= 50% at 2 seeds")
+    assert fig.axes[3].get_title().endswith("(min to max),\ncovering it with probability >= 0% "
+                                            "at 1-3 seeds")
     assert bars.get_ylabel() == "virtual time to target (s)"
 
 

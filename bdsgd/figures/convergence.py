@@ -154,9 +154,9 @@ def _interval_text(stats: pd.DataFrame) -> str:
     minmax = np.isclose(stats["coverage"], 1 - 0.5 ** (stats["seeds"] - 1)).all()
     low, high = stats["seeds"].min(), stats["seeds"].max()
     seeds = f"{low}" if low == high else f"{low}-{high}"
-    return ("whisker: distribution-free interval for the median\n"
-            f"({'min to max, ' if minmax else 'order statistics, '}covers it with probability "
-            f">= {stats['coverage'].min():.0%} at {seeds} seeds)")
+    return (f"whisker: distribution-free interval\nfor the median "
+            f"({'min to max' if minmax else 'order statistics'}),\ncovering it with probability "
+            f">= {stats['coverage'].min():.0%} at {seeds} seeds")
 
 
 def _time_to_target_panel(ax, stats: pd.DataFrame, unit: str = "s") -> None:
@@ -178,7 +178,7 @@ def _time_to_target_panel(ax, stats: pd.DataFrame, unit: str = "s") -> None:
                     fontsize=7, color="k" if s.reached == s.seeds else "firebrick")
     ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
     ax.margins(y=0.2)
-    ax.set_title(f"time to target: bar = median over seeds,\n{_interval_text(stats)}", fontsize=9)
+    ax.set_title(f"time to target: bar = median over seeds;\n{_interval_text(stats)}", fontsize=9)
     ax.set(xlabel="policy", ylabel=f"virtual time to target ({unit})")
 
 
