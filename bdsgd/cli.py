@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="prefix of the figure files (default: the trace file's stem)")
     p.add_argument("--out", required=True, help="folder for <name>_runtime_cdf, <name>_heatmap "
                                                 "and <name>_cov, each as .png and .pdf")
-    p.add_argument("--note", default=None, help="a line printed under every figure (the "
+    p.add_argument("--note", default=None, help="a line printed over every figure (the "
                    "experiment's figure_note, e.g. that it is smoke scale); default: none")
     p.set_defaults(func=commands.cmd_traces_plot)
 

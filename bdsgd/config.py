@@ -241,7 +241,7 @@ class Config:
     wandb: WandbConfig
     resources: ResourcesConfig
     distributed: DistributedConfig
-    figure_note: str | None  # printed under every figure of the experiment's results
+    figure_note: str | None  # printed over every figure of the experiment's results
     source: str = ""  # the file it came from, for error messages; not part of the hash
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """How every figure is saved: ``save_figure`` writes it as PNG and as PDF, at one DPI, atomically,
 with the note of the results it was drawn from (``figure_note``: e.g. that they are smoke scale)
-printed under it.
+printed over it.
 
 Below the traces (their figures) and the figures (the rest) in the layers, so that both save
 alike. The formats are plain data (``figure_files``): reading them, as every workflow parse does,
@@ -31,7 +31,7 @@ _NOTE: contextvars.ContextVar[str | None] = contextvars.ContextVar("figure_note"
 
 @contextlib.contextmanager
 def figure_note(note: str | None):
-    """Every figure ``save_figure`` writes inside this block has ``note`` printed under it."""
+    """Every figure ``save_figure`` writes inside this block has ``note`` printed over it."""
     token = _NOTE.set(note or None)
     try:
         yield
@@ -55,22 +55,55 @@ def figure_files(file: str) -> list[str]:
     return [f"{stem}.{fmt}" for fmt in FIGURE_FORMATS]
 
 
+def _add_note(fig, note: str) -> None:
+    """Print ``note`` over the figure: the figure grows by the note's lines at its top, and its
+    title and its layout (its engine's, else a tight one) move below the band they take (at the
+    top, since legends under the panels are anchored to the figure's foot)."""
+    from matplotlib.layout_engine import ConstrainedLayoutEngine, TightLayoutEngine
+
+    renderer = fig.canvas.get_renderer()
+    text = fig.text(0.5, 1, note, ha="center", va="top", wrap=True, **NOTE_STYLE)
+    width = text.get_window_extent(renderer).width / fig.dpi  # inches, unwrapped
+    lines = max(1, -(-width // (0.9 * fig.get_figwidth())))
+    band = lines * NOTE_STYLE["fontsize"] * 1.5 / 72 + 0.15  # inches
+    title = fig._suptitle  # the artist (get_suptitle gives its text only)
+    title_height = 0 if title is None else title.get_window_extent(renderer).height / fig.dpi
+    height = fig.get_figheight() + band
+    fig.set_figheight(height)
+    below = 1 - band / height  # the figure as it was, as a fraction of the grown one
+    engine = fig.get_layout_engine()
+    constrained = isinstance(engine, ConstrainedLayoutEngine)
+    if title is not None:  # placed by hand below the band (a constrained layout then leaves it
+        # its room: below)
+        fig.suptitle(title.get_text(), fontsize=title.get_fontsize(),
+                     y=below if constrained else title.get_position()[1] * below)
+    if constrained:  # its rectangle: left, bottom, width, height
+        left, bottom, width, rect_height = engine.get()["rect"]
+        top = rect_height * below - (title_height + 0.1 if title is not None else 0) / height
+        engine.set(rect=(left, bottom * below, width, top))
+    else:  # a tight layout's rectangle: left, bottom, right, top
+        left, bottom, right, top = (engine.get()["rect"] if isinstance(engine, TightLayoutEngine)
+                                    else None) or (0, 0, 1, 1)
+        if isinstance(engine, TightLayoutEngine):
+            engine.set(rect=(left, bottom * below, right, top * below))
+        else:
+            fig.tight_layout(rect=(left, bottom * below, right, top * below))
+    text.set_y(1 - 0.05 / height)
+
+
 def save_figure(fig, path: Path) -> list[Path]:
     """Write ``fig`` as ``path`` (its PNG) and beside it in every other FIGURE_FORMATS, then close
     it; returns the files written. A figure without a layout engine of its own is laid out tight.
-    Inside a ``figure_note`` block the note is printed under the figure, which grows to hold it."""
+    Inside a ``figure_note`` block the note is printed over the figure, which grows to hold it."""
     import matplotlib.pyplot as plt
 
-    if fig.get_layout_engine() is None:
+    if _NOTE.get():
+        _add_note(fig, _NOTE.get())
+    elif fig.get_layout_engine() is None:
         fig.tight_layout()
-    note, extra = _NOTE.get(), {}
-    if note:
-        fig.text(0.5, 0, note, ha="center", va="top", wrap=True, **NOTE_STYLE)
-        extra = {"bbox_inches": "tight", "pad_inches": 0.15}  # the canvas takes the note in
     paths = [Path(out) for out in figure_files(str(path))]
     for out in paths:
         fmt = out.suffix.lstrip(".")
-        write_with(out, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, **SAVE_OPTIONS[fmt],
-                                                         **extra))
+        write_with(out, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, **SAVE_OPTIONS[fmt]))
     plt.close(fig)
     return paths

@@ -318,10 +318,10 @@ def test_time_to_accuracy_states_its_interval_and_unit(drawn):
     assert "band: min to max over seeds" in curves.get_title()
     # min to max of m seeds covers the median with probability 1 - 2^(1-m): 50% at bdsgd's 2,
     # 0% (a point) at explore-bdsgd's 1 beside sync's 3
-    assert bars.get_title().endswith("distribution-free interval for the median\n"
-                                     "(min to max, covers it with probability >= 50% at 2 seeds)")
-    assert fig.axes[3].get_title().endswith("(min to max, covers it with probability >= 0% at "
-                                            "1-3 seeds)")
+    assert bars.get_title().endswith("distribution-free interval\nfor the median (min to max),\n"
+                                     "covering it with probability >= 50% at 2 seeds")
+    assert fig.axes[3].get_title().endswith("(min to max),\ncovering it with probability >= 0% "
+                                            "at 1-3 seeds")
     assert bars.get_ylabel() == "virtual time to target (s)"
 
 
@@ -409,10 +409,10 @@ def test_answers_state_what_was_measured(results):
     # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
     # explore-bdsgd's one seed at 25 s; async's second seed never does; bdsgd+progress's at
     # iterations 10 and 15 at 1.0 and 1.1 s: median 13.25
-    assert render.time_to_accuracy_answer(summary) == (
-        "On digits, bdsgd+progress reaches the target first (median 13.2 over 2 seeds). On "
-        "digits on "
-        "sim, explore-bdsgd reaches the target first (median 25 over 1 seed; sync 40).")
+    assert render.time_to_accuracy_answer(metrics, summary) == (
+        "On digits, bdsgd+progress reaches the target first (median 13.2 s over 2 seeds; bdsgd "
+        "15.8 s). On digits on sim, explore-bdsgd reaches the target first (median 25 s over 1 "
+        "seed; sync 40 s).")
     assert render.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
         "oracle changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5) of n = 4.")
@@ -462,7 +462,7 @@ def test_figure_note_is_read_from_the_results_and_printed_under_every_figure(res
     monkeypatch.setattr(render, "_render_all", lambda *_: seen.append(plotting._NOTE.get()))
     render_all(tmp_path, tmp_path / "out")
     assert seen == ["smoke scale"]
-    # a figure saved in the block has the note under it; outside, none
+    # a figure saved in the block has the note over it; outside, none
     for note, texts in (("smoke scale", ["smoke scale"]), (None, [])):
         fig, ax = render.plt.subplots()
         ax.plot([0, 1])

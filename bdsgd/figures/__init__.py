@@ -45,9 +45,9 @@ FIGURES = {
 # the same in every figure; no two alike in both, so that policies with identical decisions
 # still tell apart. Colours: Okabe & Ito's colour-blind-safe palette (its yellow left out: too
 # pale on white) and a grey; a family of policies shares a colour and differs in line style
-# (POLICY_DASHES; bars: a hatch). explore-<p> is drawn as p with "x" markers (bars: "xx"); a
+# (POLICY_DASHES; bars: a hatch). explore-<p> is drawn in p's colour dash-dotted (bars: "xx"); a
 # name not listed here gets one of FALLBACK_COLOURS (Tol's muted palette), picked from its
-# letters (render.policy_style).
+# letters (common.policy_style).
 POLICY_COLOURS = {
     "sync": "#999999",  # grey: the fixed baselines everything is compared with
     "static": "#999999",

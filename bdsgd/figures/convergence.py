@@ -154,9 +154,9 @@ def _interval_text(stats: pd.DataFrame) -> str:
     minmax = np.isclose(stats["coverage"], 1 - 0.5 ** (stats["seeds"] - 1)).all()
     low, high = stats["seeds"].min(), stats["seeds"].max()
     seeds = f"{low}" if low == high else f"{low}-{high}"
-    return ("whisker: distribution-free interval for the median\n"
-            f"({'min to max, ' if minmax else 'order statistics, '}covers it with probability "
-            f">= {stats['coverage'].min():.0%} at {seeds} seeds)")
+    return (f"whisker: distribution-free interval\nfor the median "
+            f"({'min to max' if minmax else 'order statistics'}),\ncovering it with probability "
+            f">= {stats['coverage'].min():.0%} at {seeds} seeds")
 
 
 def _time_to_target_panel(ax, stats: pd.DataFrame, unit: str = "s") -> None:
@@ -178,7 +178,7 @@ def _time_to_target_panel(ax, stats: pd.DataFrame, unit: str = "s") -> None:
                     fontsize=7, color="k" if s.reached == s.seeds else "firebrick")
     ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
     ax.margins(y=0.2)
-    ax.set_title(f"time to target: bar = median over seeds,\n{_interval_text(stats)}", fontsize=9)
+    ax.set_title(f"time to target: bar = median over seeds;\n{_interval_text(stats)}", fontsize=9)
     ax.set(xlabel="policy", ylabel=f"virtual time to target ({unit})")
 
 
@@ -204,9 +204,10 @@ def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -
     return save_figure(fig, path)
 
 
-def time_to_accuracy_answer(summary: pd.DataFrame) -> str:
+def time_to_accuracy_answer(metrics: pd.DataFrame, summary: pd.DataFrame) -> str:
     """Which policy reaches the target first, per task and trace, measured: the fastest median
-    time to target over seeds (of the policies every seed of which reached it) and sync's."""
+    time to target over seeds (of the policies every seed of which reached it), and bdsgd's and
+    sync's, in the runs' virtual-time unit."""
     sentences = []
     for (task, trace), stats in time_to_target_stats(summary).groupby(["task", "trace"]):
         done = stats[stats["reached"] == stats["seeds"]].sort_values("median")
@@ -214,11 +215,14 @@ def time_to_accuracy_answer(summary: pd.DataFrame) -> str:
         if done.empty:
             sentences.append(f"On {where} no policy reached the target in every seed.")
             continue
-        best, sync = done.iloc[0], stats[stats["policy"] == "sync"]
+        unit = _time_label(_of(metrics, (task, trace)))
+        best = done.iloc[0]
         text = (f"On {where}, {best.policy} reaches the target first (median {best['median']:.3g} "
-                f"over {best.seeds} seed{'s' if best.seeds > 1 else ''}")
-        if not sync.empty and best.policy != "sync":
-            text += f"; sync {sync['median'].iloc[0]:.3g}"
+                f"{unit} over {best.seeds} seed{'s' if best.seeds > 1 else ''}")
+        for other in ("bdsgd", "sync"):
+            row = stats[stats["policy"] == other]
+            if not row.empty and other != best.policy:
+                text += f"; {other} {row['median'].iloc[0]:.3g} {unit}"
         sentences.append(text + ").")
     return " ".join(sentences)
 

@@ -122,7 +122,7 @@ def _config(results_dir: Path) -> dict:
 
 def load_note(results_dir: Path) -> str | None:
     """The experiment's figure_note (results/<experiment>/config.yaml, the whole config as the
-    workflow records it): the line printed under every figure; None without one."""
+    workflow records it): the line printed over every figure; None without one."""
     path, data = Path(Layout(str(results_dir)).config()), _config(results_dir)
     note = data.get("figure_note")
     if note is not None and not isinstance(note, str):

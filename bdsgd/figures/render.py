@@ -248,7 +248,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     ]
     # the measured answer to each reviewer question, beside the figure that answers it
     answers = {
-        "time_to_accuracy": time_to_accuracy_answer(summary),
+        "time_to_accuracy": time_to_accuracy_answer(metrics, summary),
         "training_cutoff": training_cutoff_answer(metrics),
         "cutoff_over_time": cutoff_over_time_answer(decisions),
         "model_predictions": model_predictions_answer(predictions),

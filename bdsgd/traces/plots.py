@@ -170,7 +170,7 @@ def _cov(trace: Trace, name: str, path: Path) -> list[Path]:
 
 def draw_trace_figures(trace: Trace, name: str, out_dir: Path, note: str | None = None) -> list[Path]:
     """Write the three trace figures as ``out_dir/<name>_{runtime_cdf,heatmap,cov}.{png,pdf}``,
-    each with ``note`` printed under it (``bdsgd.plotting.figure_note``; None: none); returns
+    each with ``note`` printed over it (``bdsgd.plotting.figure_note``; None: none); returns
     the files written, each figure's PNG then its PDF."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ rule figures:
         predictions=expand(PATHS.model(file="predictions.parquet"), trace=config["traces"]),
         describe=expand(PATHS.describe(), trace=config["traces"]),
         ablations=ablation_outputs(),
-        config=PATHS.config(),  # its figure_note, printed under every figure; train.gradient_s:
+        config=PATHS.config(),  # its figure_note, printed over every figure; train.gradient_s:
         # a normalised trace's seconds (decision_overhead)
         distributed=[PATHS.distributed(job, file) for job in DIST
                      for file in ("result.json", "result.metrics.parquet", "result.trace.parquet",
