@@ -12,7 +12,7 @@ import sys
 from bdsgd import commands, flags
 from bdsgd.config import CENSORING, LATE
 from bdsgd.errors import reader_left, run_entry_point
-from bdsgd.policies import RULES, SPECS
+from bdsgd.policies import RULES, SPECS, VARIANTS
 from bdsgd.schema import TASKS
 
 
@@ -178,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", required=True,
                    help="cutoff policy (see 'bdsgd throughput --help'), or a training mode: async "
                         "(each gradient applied on arrival) or cyclic (workers push their "
-                        "accumulated gradients in turn, skipped while they have none)")
+                        "accumulated gradients in turn, skipped while they have none); "
+                        "<policy>+<variant> trains a cutoff policy with the train: keys of its "
+                        f"variant ({', '.join(VARIANTS)}), an ablation arm")
     p.add_argument("--seed", type=flags.seed, required=True, help="seed of data order, init and policy")
     p.add_argument("--trace", required=True, help="trace whose run-times drive the virtual clock")
     p.add_argument("--model", help="run-time model checkpoint (needed by bdsgd)")
@@ -222,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a worker silent this long counts as dead")
     p.add_argument("--seed", type=flags.seed, default=0, help="seed of data order, init and policy")
     p.add_argument("--json", required=True,
-                   help="result to write (JSON); the metrics and the recorded trace go beside it")
+                   help="result to write (JSON); the metrics, the recorded trace and the virtual "
+                        "clock's replay of it go beside it")
     p.set_defaults(func=commands.cmd_distributed)
 
     # plan

@@ -121,3 +121,14 @@ class SyncClock:
         late = ~obs.accepted & (arrival <= obs.duration)
         seen = np.where(late, arrival, obs.runtimes)
         return Observation(obs.t, obs.cutoff, seen, obs.cutoff_time, obs.comm_s, late)
+
+
+def replay_cutoffs(runtimes: np.ndarray, cutoffs: np.ndarray, comm: np.ndarray,
+                   late: str = "abandon") -> np.ndarray:
+    """Each iteration's duration tau_t + comm(c_t) on the virtual clock when iteration t waits
+    for the recorded cutoff c_t: run-times (T, n) rows cycled, comm(c) for c = 1..n, late workers
+    ``late``. How a real run's record is replayed (``bdsgd.figures.distributed``,
+    benchmarks/clock_fidelity.py)."""
+    clock = SyncClock(comm, late)
+    return np.array([clock.iteration(t, runtimes[t % len(runtimes)], int(c)).duration
+                     for t, c in enumerate(cutoffs)])

@@ -188,11 +188,12 @@ def cmd_throughput(args):
 
 
 def cmd_train(args):
+    from bdsgd.policies.build import policy_variant
     from bdsgd.stages import load_stage_config
     from bdsgd.training import train_run
 
     check_output("--out", args.out, folder=True)
-    cfg = load_stage_config(args.config, "train", args.task)
+    cfg = load_stage_config(args.config, "train", args.task, policy_variant(args.policy)[1])
     train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
               out_dir=args.out, model_path=args.model, history_path=args.history,
               paper_model_path=args.paper_model)

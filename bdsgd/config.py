@@ -269,14 +269,16 @@ class Config:
         its draw for the seed (``bdsgd.layout.cluster_draw``); a recorded trace, itself."""
         return cluster_draw(trace, seed) if self.trace(trace).source == "simulate" else trace
 
-    def for_task(self, task: str) -> Config:
+    def for_task(self, task: str, variant: dict[str, Any] | None = None) -> Config:
         """This config as a run of ``task`` reads it: train:'s keys that the task's recipe sets
-        (train.recipes) replaced by the recipe's; itself where they already are."""
+        (train.recipes) replaced by the recipe's, then those that the run's policy variant sets
+        (``variant``, ``bdsgd.policies.VARIANTS``: an ablation arm overrides the recipe too);
+        itself where they already are."""
         tc = self.training()
-        recipe = tc.recipes.get(task, {})
-        if all(getattr(tc, key) == value for key, value in recipe.items()):
+        keys = {**tc.recipes.get(task, {}), **(variant or {})}
+        if all(getattr(tc, key) == value for key, value in keys.items()):
             return self
-        return dataclasses.replace(self, train=dataclasses.replace(tc, **recipe))
+        return dataclasses.replace(self, train=dataclasses.replace(tc, **keys))
 
     def train_traces(self) -> tuple[str, ...]:
         """The traces the convergence runs replay (train.trace: one name or a list)."""

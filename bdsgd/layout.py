@@ -11,7 +11,8 @@ per job) and figures/<experiment>/::
     results/<experiment>/traces/<trace>/draw<s>/...    a simulated trace's cluster for run seed s
     results/<experiment>/models/<trace>/draw<s>/model.pt
     results/<experiment>/runs/<trace>/<task>/<policy>/seed<k>/{result.json,metrics.parquet,model.pt}
-    results/<experiment>/distributed/<job>/result{.json,.metrics.parquet,.trace.parquet}
+    results/<experiment>/distributed/<job>/result{.json,.metrics.parquet,.trace.parquet,
+                                                  .replay.parquet}
 
 The workflow's rules declare their inputs, outputs and logs from here, and ``bdsgd figures`` finds
 what it draws with it (``Layout(results_dir).find``). Each method takes the parts of its path: left
@@ -94,8 +95,8 @@ class Layout:
         return f"{self.run_dir(trace, task, policy, seed)}/{file}"
 
     def distributed(self, job: str = JOB, file: str = "result.json") -> str:
-        """A distributed job's result, or the result.metrics.parquet or result.trace.parquet
-        ``bdsgd distributed`` writes beside it."""
+        """A distributed job's result, or the result.metrics.parquet, result.trace.parquet or
+        result.replay.parquet ``bdsgd distributed`` writes beside it."""
         return f"{self.results}/distributed/{job}/{file}"
 
     def find(self, pattern: str) -> list[Path]:

@@ -13,9 +13,10 @@ The policy's wall-clock work per iteration (``choose`` plus ``observe``: a model
 does its filtering in ``observe``) is measured here and nowhere else, so every trainer charges
 and reports the same overhead.
 
-``replay`` runs a policy over a whole trace, and ``catch_up`` brings a freshly built policy to
-the state it had after recorded iterations (resume without pickling a policy: every policy is
-deterministic given its seed, which ``catch_up`` checks).
+``replay`` runs a policy over a whole trace (``replay_runtimes`` over a real run's record), and
+``catch_up`` brings a freshly built policy to the state it had after recorded iterations (resume
+without pickling a policy: every policy is deterministic given its seed, which ``catch_up``
+checks).
 """
 
 from __future__ import annotations
@@ -121,11 +122,18 @@ def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
     """Run ``policy`` over the trace, iteration by iteration, with censored feedback, on the
     virtual clock: ``comm`` per iteration or comm(c) for c = 1..n, late workers ``late``."""
     require_complete(trace, trace.file)
-    T, n = trace.runtimes.shape
+    return replay_runtimes(trace.runtimes, policy, comm, late)
+
+
+def replay_runtimes(runtimes: np.ndarray, policy: Policy, comm: float | np.ndarray = 0.0,
+                    late: str = "abandon") -> Replay:
+    """``replay`` on run-times (T, n) as they are: a censored value of a real run's record enters
+    as the lower bound it is (``bdsgd.distributed``: the virtual clock's run of a real job)."""
+    T, n = runtimes.shape
     server, clock = Server(policy, n, forecasts=True), SyncClock(np.broadcast_to(comm, (n,)), late)
-    steps = [server.step_trace(t, trace.runtimes[t], clock) for t in range(T)]
+    steps = [server.step_trace(t, runtimes[t], clock) for t in range(T)]
     cutoffs = np.array([s.obs.cutoff for s in steps], dtype=np.int64)
-    realised = np.take_along_axis(np.sort(trace.runtimes, axis=1), cutoffs[:, None] - 1, 1)[:, 0]
+    realised = np.take_along_axis(np.sort(runtimes, axis=1), cutoffs[:, None] - 1, 1)[:, 0]
     return Replay(cutoffs, np.array([s.obs.duration for s in steps]),
                   np.array([s.obs.cutoff_time for s in steps]),
                   np.array([s.policy_ns for s in steps], dtype=np.int64),

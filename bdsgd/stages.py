@@ -84,8 +84,10 @@ def for_stage(cfg: Config, stage: str) -> Config:
     return dataclasses.replace(cfg, **changes)
 
 
-def load_stage_config(path: str | Path, stage: str, task: str | None = None) -> Config:
+def load_stage_config(path: str | Path, stage: str, task: str | None = None,
+                      variant: dict | None = None) -> Config:
     """The config file ``path`` as stage ``stage`` (a key of STAGE_READS) may read it: each
-    command passes its own; a run of ``task``, with its recipe (``Config.for_task``)."""
+    command passes its own; a run of ``task``, with its recipe and its policy's ``variant``
+    (``Config.for_task``)."""
     cfg = load_config(path)
-    return for_stage(cfg if task is None else cfg.for_task(task), stage)
+    return for_stage(cfg if task is None else cfg.for_task(task, variant), stage)

@@ -90,15 +90,6 @@ def job(args, out: Path, size: int, digits: int, policy: str, late: str) -> pd.D
                          "real_s": seconds})
 
 
-def replayed(x: np.ndarray, cutoffs: np.ndarray, comm: np.ndarray, late: str) -> np.ndarray:
-    """Each iteration's virtual duration with the job's cutoffs."""
-    from bdsgd.clock import SyncClock
-
-    clock = SyncClock(comm, late)
-    return np.array([clock.iteration(t, x[t % len(x)], int(c)).duration
-                     for t, c in enumerate(cutoffs)])
-
-
 def main() -> None:
     args = parse_args()
     with recorded(args.results, __file__):
@@ -106,6 +97,7 @@ def main() -> None:
 
 
 def bench(args) -> None:
+    from bdsgd.clock import replay_cutoffs
     from bdsgd.network import Network
     from bdsgd.tasks import task_gradient_bytes
 
@@ -127,7 +119,7 @@ def bench(args) -> None:
                       for policy in POLICIES for late in LATE], ignore_index=True)
 
     # 1. the fit, on the abandon jobs after the warm-up: real - tau = 2 L + (c + n) G / B
-    tau = np.concatenate([replayed(x, g["cutoff"].to_numpy(), np.zeros(n), "abandon")
+    tau = np.concatenate([replay_cutoffs(x, g["cutoff"].to_numpy(), np.zeros(n), "abandon")
                           for _, g in runs.groupby(["size", "policy", "late"], sort=False)])
     runs["comm_s"] = runs["real_s"] - tau
     fit = runs[(runs["late"] == "abandon") & (runs["t"] >= args.warmup)]
@@ -142,7 +134,7 @@ def bench(args) -> None:
     for (size, policy, late), g in runs.groupby(["size", "policy", "late"], sort=True):
         net = Network("ps", gradient_bytes=size * BYTES, bandwidth_bytes_s=bandwidth,
                       latency_s=latency)
-        virtual = replayed(x, g["cutoff"].to_numpy(), net.comm(n), late)
+        virtual = replay_cutoffs(x, g["cutoff"].to_numpy(), net.comm(n), late)
         real, gradients = g["real_s"].sum(), g["cutoff"].sum()
         rows.append({"parameters": size, "policy": policy, "late": late,
                      "real_s": real, "virtual_s": virtual.sum(),

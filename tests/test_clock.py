@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bdsgd.clock import Compute, SyncClock
+from bdsgd.clock import Compute, SyncClock, replay_cutoffs
 from bdsgd.cutoff import hindsight_optimum, throughput
 from bdsgd.loop import replay
 from bdsgd.network import Network
@@ -75,6 +75,15 @@ def test_an_iteration_under_finish_by_hand():
     second = clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
     assert second.cutoff_time == 2.5 and second.duration == 3.0
     np.testing.assert_array_equal(second.runtimes, [1.0, 1.0, 2.5])
+
+
+def test_a_recorded_run_replayed_with_its_cutoffs_by_hand():
+    """The by-hand iterations above as one record (rows cycle: the third iteration reads row 0
+    again, after the fresh second one)."""
+    x, comm = np.array([[1.0, 2.0, 4.0], [1.0, 1.0, 1.0]]), np.full(3, 0.5)
+    np.testing.assert_array_equal(replay_cutoffs(x, [2, 3, 1], comm, "abandon"), [2.5, 1.5, 1.5])
+    # finish: worker 2 finishes 1.5 into the second iteration, which waits for it
+    np.testing.assert_array_equal(replay_cutoffs(x, [2, 3], comm, "finish"), [2.5, 3.0])
 
 
 def test_a_late_gradient_before_the_next_decision_is_observed_not_applied():

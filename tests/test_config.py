@@ -35,11 +35,11 @@ def test_schema_policy_names_are_the_registrys():
     may be trained; the throughput stage replays all but the training mode cyclic."""
     import re
 
-    from bdsgd.policies import NAMES, backups_of, spec
+    from bdsgd.policies import NAMES, VARIANTS, backups_of, spec
     from bdsgd.schedules import MODES
 
     defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
-    (trained_names, sweep), (replayed_names, replayed_sweep) = (
+    (trained_names, sweep, variants), (replayed_names, replayed_sweep) = (
         defs[key]["anyOf"] for key in ("policy", "replayed_policy"))
     trained = set(trained_names["enum"])
     explore = {f"explore-{p}" for p in NAMES if spec(p).predictive}
@@ -50,6 +50,17 @@ def test_schema_policy_names_are_the_registrys():
     for name in ("static-0pct", "static-5pct", "static-2.5pct", "static-99pct", "static-100pct",
                  "static-5", "static-05pct", "explore-static-5pct"):
         assert bool(re.search(sweep["pattern"], name)) == (backups_of(name) is not None), name
+    # <policy>+<variant>: the schema's pattern takes exactly the variants the registry does, of
+    # every name the schema takes without one (a training mode takes none)
+    for name in [*trained, "static-5pct", "static-2.5pct", "nope"]:
+        for suffix in [*VARIANTS, "fast", ""]:
+            arm = f"{name}+{suffix}"
+            try:
+                spec(arm)
+                known = name not in MODES
+            except ValueError:
+                known = False
+            assert bool(re.search(variants["pattern"], arm)) == known, arm
 
 
 def test_workflow_schema_is_the_package_schema():
@@ -178,7 +189,7 @@ def test_every_command_loads_its_config_as_its_stage(config_file, tmp_path, monk
     class Loaded(Exception):
         pass
 
-    def spy(path, stage, task=None):
+    def spy(path, stage, task=None, variant=None):
         raise Loaded(stage)
 
     monkeypatch.setattr(S, "load_stage_config", spy)

@@ -57,6 +57,13 @@ def test_cutting_an_injected_straggler_is_faster_in_wall_time(distributed_jobs):
     metrics = pd.read_parquet(static["metrics"])
     assert (metrics["cutoff"] == WORKERS - 1).all() and metrics["test_accuracy"].notna().any()
     assert static["threads"] >= 1 and static["decision_latency_p50_s"] > 0
+    # its replay on the virtual clock: the same cutoffs, each iteration the (n-1)-th recorded
+    # run-time (late workers abandon, the communication is in the run-times)
+    replay, trace = pd.read_parquet(static["replay"]), read_trace(static["trace"])
+    assert (replay["replay_cutoff"] == WORKERS - 1).all() and len(replay) == 30
+    tau = np.sort(trace.runtimes, axis=1)[:, -2]
+    np.testing.assert_allclose(replay["virtual_s"], tau)
+    np.testing.assert_allclose(replay["replay_s"], tau)
 
 
 @pytest.mark.slow
@@ -70,6 +77,8 @@ def test_a_killed_worker_is_censored_and_training_goes_on(distributed_jobs):
     trace = read_trace(result["trace"])
     assert trace.censored[6:, 2].all() and not trace.censored[6:, :2].any()
     assert result["gradients"] == pd.read_parquet(result["metrics"])["cutoff"].sum()
+    # replayed, sync waits for all 3 throughout: for the dead one, its censored lower bound
+    assert (pd.read_parquet(result["replay"])["replay_cutoff"] == WORKERS).all()
 
 
 @pytest.mark.slow

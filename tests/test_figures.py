@@ -6,6 +6,7 @@ byte-identical tables."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,30 +14,40 @@ import pandas as pd
 import pytest
 
 from bdsgd import plotting
+from bdsgd.clock import replay_cutoffs
 from bdsgd.errors import UserError
 from bdsgd.figures import (
     FALLBACK_COLOURS,
     FIGURES,
     POLICY_COLOURS,
     POLICY_DASHES,
+    common,
+    convergence,
+    distributed,
     figure_files,
     inputs,
     render,
     replay,
 )
-from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_overhead, load_period_sweep
+from bdsgd.figures.distributed import agreement, distributed_replay_answer, replay_job
+from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_distributed, load_overhead, load_period_sweep
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
 from bdsgd.figures.stats import block_ratio_interval, median_interval, time_to_target_stats
+from bdsgd.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
 from bdsgd.schedules import MODES
+from bdsgd.traces.io import write_trace
+from bdsgd.traces.schema import from_arrays
 
 REPO = Path(__file__).resolve().parents[1]
 N_WORKERS, ROWS, EVAL_EVERY, TARGET, DECISIONS = 4, 30, 5, 0.5, 40
 # (policy, seed, iteration at which the run reaches the target or None, staleness columns?)
 RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
        [("async", s, [10, None][s], True) for s in range(2)] + \
-       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)]
+       [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)] + \
+       [("bdsgd+progress", s, 10 + 5 * s, False) for s in range(2)] + \
+       [("bdsgd+lr-none", s, None, False) for s in range(2)]  # bdsgd's variants (tests/test_ablations.py)
 
 
 def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.DataFrame:
@@ -77,10 +88,52 @@ def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_sty
     (run / "result.json").write_text(json.dumps({"summary": summary}))
 
 
+# a distributed job: DIST_WORKERS workers, worker 2 five times slower, cutoff DIST_CUTOFF; its
+# server spends OVERHEAD_S per iteration beyond the cutoff time (what the virtual clock leaves out);
+# its replayed policy waits for all workers in the first REPLAY_SYNC iterations
+DIST_WORKERS, DIST_CUTOFF, OVERHEAD_S, REPLAY_SYNC = 3, 2, 0.002, 3
+
+
+def _dist_runtimes() -> np.ndarray:
+    x = np.random.default_rng(1).uniform(0.02, 0.03, size=(ROWS, DIST_WORKERS))
+    x[:, 2] *= 5
+    return x
+
+
+def _write_distributed(results: Path) -> None:
+    """A distributed job's files as ``bdsgd.distributed.ps`` writes them: result.json, metrics,
+    the recorded trace (the worker the cutoff cut censored at the cutoff time) and its replay."""
+    job = results / "distributed/straggler"
+    job.mkdir(parents=True)
+    x = _dist_runtimes()
+    tau = np.sort(x, axis=1)[:, DIST_CUTOFF - 1]
+    cut = x > tau[:, None]
+    recorded = np.where(cut, tau[:, None], x)
+    own = np.where(np.arange(ROWS) < REPLAY_SYNC, DIST_WORKERS, DIST_CUTOFF)
+    comm = np.zeros(DIST_WORKERS)
+    pd.DataFrame({"iteration": np.arange(1, ROWS + 1),
+                  "virtual_s": replay_cutoffs(recorded, np.full(ROWS, DIST_CUTOFF), comm),
+                  "replay_cutoff": own, "replay_s": replay_cutoffs(recorded, own, comm)}
+                 ).to_parquet(job / "result.replay.parquet", index=False)
+    write_trace(from_arrays(recorded, {
+        "source": "distributed", "policy": "static", "late": "abandon", "time_unit": "s",
+        "workers": DIST_WORKERS}, censored=cut), job / "result.trace.parquet")
+    it = np.arange(1, ROWS + 1)
+    pd.DataFrame({"iteration": it, "wall_time_s": np.cumsum(tau + OVERHEAD_S),
+                  "cutoff": DIST_CUTOFF, "iteration_time_s": tau, "lr": 0.1,
+                  "train_loss": 1.0 / it, "live_workers": DIST_WORKERS, "stale": 0,
+                  "decision_s": 1e-5, "test_accuracy": np.where(it % 10 == 0, 0.5, np.nan)}
+                 ).to_parquet(job / "result.metrics.parquet", index=False)
+    write_json(job / "result.json", {
+        "policy": "static", "late": "abandon", "workers": DIST_WORKERS, "iterations": ROWS,
+        "job": {"policy": "static", "late": "abandon", "workers": DIST_WORKERS,
+                "iterations": ROWS, "task": "digits", "seed": 0}})
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     """A results folder as the DAG lays it out: one trace, its throughput replay and model
-    predictions, and the convergence runs of RUNS."""
+    predictions, the convergence runs of RUNS and one distributed job."""
     results = tmp_path_factory.mktemp("figures") / "results"
     rng = np.random.default_rng(0)
     for sub in ("traces/sim", "throughput/sim", "models/sim"):
@@ -119,6 +172,7 @@ def results(tmp_path_factory) -> Path:
         results / "models/sim/predictions.parquet")
     for run in RUNS:
         _write_run(results, *run)
+    _write_distributed(results)
     return results
 
 
@@ -204,7 +258,7 @@ def test_every_policy_and_mode_has_its_own_fixed_style():
     assert policy_colour("new-policy") in FALLBACK_COLOURS
     assert policy_colour("new-policy") == policy_colour("new-policy")
     # a family sharing a colour tells apart in bars too
-    hatches = {render._bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
+    hatches = {common.bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
                                                         "explore-bdsgd")}
     assert len(hatches) == 4
 
@@ -218,7 +272,8 @@ def drawn(results):
     _, decisions = render.load_throughput(results)
     predictions = inputs.load_predictions(results)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(render, "save_figure", lambda fig, path: saved.append(fig) or [path])
+        for module in (render, convergence):
+            patch.setattr(module, "save_figure", lambda fig, path: saved.append(fig) or [path])
         for name, draw in (
                 ("time_to_accuracy", lambda p: render.time_to_accuracy(metrics, summary, p)),
                 ("loss_curves", lambda p: render.loss_curves(metrics, p)),
@@ -243,7 +298,7 @@ def _labelled_lines(fig) -> dict[str, set]:
 
 def test_curves_draw_each_policy_in_its_style_with_one_legend_below(drawn):
     expected = {p: {(policy_colour(p), {"-": "-", "--": "--", ":": ":", "-.": "-."}[
-        policy_style(p)["ls"]])} for p in ("sync", "async", "bdsgd", "explore-bdsgd")}
+        policy_style(p)["ls"]])} for p in {run[0] for run in RUNS}}
     for name in ("time_to_accuracy", "loss_curves"):
         fig = drawn[name]
         assert _labelled_lines(fig) == expected, name
@@ -307,7 +362,8 @@ def test_training_cutoff_one_panel_per_policy_with_every_seed(drawn):
     panels = _panels(drawn["training_cutoff"])
     cutoff_policies = {p for p, _, _, _ in RUNS if p not in MODES}
     # the old runs without a trace (bdsgd) and those on sim; no training mode
-    assert set(panels) == {"digits: bdsgd", "digits on sim: sync", "digits on sim: explore-bdsgd"}
+    assert set(panels) == {"digits: bdsgd", "digits: bdsgd+progress", "digits: bdsgd+lr-none",
+                           "digits on sim: sync", "digits on sim: explore-bdsgd"}
     assert {t.split(": ")[1] for t in panels} == cutoff_policies
     for title, ax in panels.items():
         policy = title.split(": ")[1]
@@ -351,9 +407,11 @@ def test_answers_state_what_was_measured(results):
     predictions = inputs.load_predictions(results)
     # bdsgd's seeds reach 0.5 at iteration 15 at 1.0 and 1.1 s an iteration: median 15.75;
     # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
-    # explore-bdsgd's one seed at 25 s; async's second seed never does
+    # explore-bdsgd's one seed at 25 s; async's second seed never does; bdsgd+progress's at
+    # iterations 10 and 15 at 1.0 and 1.1 s: median 13.25
     assert render.time_to_accuracy_answer(summary) == (
-        "On digits, bdsgd reaches the target first (median 15.8 over 2 seeds). On digits on "
+        "On digits, bdsgd+progress reaches the target first (median 13.2 over 2 seeds). On "
+        "digits on "
         "sim, explore-bdsgd reaches the target first (median 25 over 1 seed; sync 40).")
     assert render.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
@@ -367,9 +425,9 @@ def test_answers_state_what_was_measured(results):
 
 
 def test_cutoff_changes_by_hand():
-    assert render.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
+    assert convergence.cutoff_changes(np.array([8, 8, 7, 7, 8])) == {
         "changes": 0.5, "low": 7, "high": 8, "mean": 7.6}
-    assert render.cutoff_changes(np.array([5]))["changes"] == 0.0
+    assert convergence.cutoff_changes(np.array([5]))["changes"] == 0.0
 
 
 # ----------------------------------------------------------------------------- units, note
@@ -443,6 +501,88 @@ def test_time_to_target_stats_count_seeds_that_reached():
         [3, 2, 30.0, 10.0, np.inf]
     assert stats.loc["b", ["seeds", "reached"]].tolist() == [2, 0]
     assert np.isinf(stats.loc["b", "median"])
+
+
+# ----------------------------------------------------------------------------- distributed
+def test_distributed_replay_waits_for_the_recorded_cutoff(results):
+    """The virtual iteration (the server's replay, here ``replay_cutoffs``) is the c-th smallest
+    recorded run-time (the censored worker's lower bound never counts); the real one is that plus
+    the server's overhead."""
+    [job] = load_distributed(results)
+    replay = replay_job(job)
+    tau = np.sort(_dist_runtimes(), axis=1)[:, DIST_CUTOFF - 1]
+    np.testing.assert_allclose(replay["virtual_s"], tau)
+    np.testing.assert_allclose(replay["real_s"], tau + OVERHEAD_S)
+    found = agreement(replay)
+    assert found["total_ratio"] == pytest.approx(tau.sum() / (tau + OVERHEAD_S).sum())
+    assert found["median_error"] == pytest.approx(np.median(OVERHEAD_S / (tau + OVERHEAD_S)))
+    # the job's own replay: its policy waited for all workers, the censored ones at their lower
+    # bound (the real cutoff time), in its first REPLAY_SYNC iterations
+    assert found["same_cutoff"] == pytest.approx(1 - REPLAY_SYNC / ROWS)
+    np.testing.assert_allclose(replay["replay_s"][:REPLAY_SYNC], tau[:REPLAY_SYNC])
+
+
+def test_distributed_replay_answer_states_the_measured_agreement():
+    replay = pd.DataFrame({"iteration": [1, 2, 3, 4], "cutoff": 2, "real_s": [1.0, 1.0, 1.0, 1.0],
+                           "virtual_s": [0.9, 1.1, 0.8, 1.0], "replay_cutoff": 2, "replay_s": 1.0})
+    answer = distributed_replay_answer({"a": replay})
+    # total 3.8 / 4; |error| 0.1, 0.1, 0.2, 0: median 10 %, 90th percentile 17 %
+    assert "0.95 (a)" in answer and "10 % (a)" in answer and "17 % (a)" in answer
+    assert "cutoff in 100 % (a) of the iterations" in answer
+    both = distributed_replay_answer({"a": replay, "b": replay.assign(virtual_s=2.0,
+                                                                      replay_cutoff=[2, 2, 3, 2])})
+    assert "0.95 (a), 2.00 (b)" in both
+    assert "cutoff in 100 % (a), 75 % (b) of the iterations" in both
+    assert distributed_replay_answer({}).startswith("No distributed job")
+
+
+def test_distributed_replay_draws_real_and_virtual_per_job(results, tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(distributed, "save_figure", lambda fig, path: figures.append(fig) or [path])
+    distributed.distributed_replay(load_distributed(results), tmp_path / "d.png", policy_style)
+    [fig] = figures
+    time_ax, cut_ax, total_ax = fig.axes
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "iteration" and ax.get_ylabel()
+        assert all(len(line.get_xdata()) == ROWS for line in ax.get_lines())
+    own = "virtual clock, policy replayed"
+    for ax, labels in ((time_ax, ["real run", "virtual clock"]), (cut_ax, ["real run", own]),
+                       (total_ax, ["real run", "virtual clock", own])):
+        assert [line.get_label() for line in ax.get_lines()] == labels
+        assert ax.get_lines()[0].get_color() == policy_colour("static")
+    assert "(s)" in time_ax.get_ylabel() and "(s)" in total_ax.get_ylabel()
+    assert set(cut_ax.get_lines()[0].get_ydata()) == {DIST_CUTOFF}
+    assert set(cut_ax.get_lines()[1].get_ydata()) == {DIST_CUTOFF, DIST_WORKERS}
+    render.plt.close(fig)
+
+
+def test_distributed_replay_without_jobs_says_so(tmp_path):
+    written = distributed.distributed_replay([], tmp_path / "d.png", policy_style)
+    assert [p.name for p in written] == ["d.png", "d.pdf"]
+    assert all(p.stat().st_size > 0 for p in written)
+
+
+@pytest.mark.parametrize("damage, file, field", [
+    (lambda job: write_json(job / "result.json", {"job": {"policy": "static", "late": 3,
+                                                          "workers": DIST_WORKERS}}),
+     "result.json", "job.late"),
+    (lambda job: pd.read_parquet(job / "result.metrics.parquet").head(3).to_parquet(
+        job / "result.metrics.parquet"), "result.trace.parquet", "-"),
+    (lambda job: (job / "result.trace.parquet").write_text("no parquet"),
+     "result.trace.parquet", "-"),
+    (lambda job: pd.read_parquet(job / "result.replay.parquet").assign(replay_cutoff=0).to_parquet(
+        job / "result.replay.parquet"), "result.replay.parquet", "replay_cutoff"),
+    (lambda job: (job / "result.replay.parquet").unlink(), "result.replay.parquet", "-"),
+])
+def test_a_damaged_distributed_job_stops_render_all(results, tmp_path, damage, file, field):
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    damage(copy / "distributed/straggler")
+    with pytest.raises(UserError) as err:
+        render_all(copy, tmp_path / "out")
+    assert err.value.file == str(copy / "distributed/straggler" / file)
+    assert err.value.field == field
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
 def test_block_ratio_interval_by_hand():
@@ -530,9 +670,9 @@ def test_decision_overhead_against_the_iteration(results, monkeypatch, tmp_path)
     ax = fig.axes[0]
     dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
     assert len(dots) == 5 and ax.get_yscale() == "log" and _labelled(ax)
-    # sync's median (the first policy): 0.01 ms of a 1.5 s iteration, in its colour
-    [sync] = [d for d in dots if d.get_xdata()[0] == 0]
-    assert ax.get_xticklabels()[0].get_text() == "sync" and sync.get_color() == policy_colour("sync")
+    # sync's median: 0.01 ms of a 1.5 s iteration, in its colour
+    [sync] = [d for d in dots if d.get_label() == "sync"]
+    assert sync.get_color() == policy_colour("sync")
     assert sync.get_ydata()[0] == pytest.approx(0.01e-3 / 1.5)
     overhead = load_overhead(results)
     assert "explore-bdsgd's" in replay.decision_overhead_answer(overhead, None)

@@ -104,3 +104,18 @@ def test_without_ablations_the_answer_says_so(tmp_path):
     path = tmp_path / "c.png"
     replay_ablations.draw(table, "censoring", path, lambda trace: "s", policy_style)
     assert path.exists()
+
+
+def test_the_readme_maps_every_reviewer_question():
+    from pathlib import Path
+
+    from bdsgd.figures import FIGURES
+    from bdsgd.figures.answers import QUESTIONS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## What the reviewers asked")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(QUESTIONS)
+    for key, (_, _, figure) in QUESTIONS.items():
+        assert figure in FIGURES, key
+        assert f"`{figure}`" in rows[list(QUESTIONS).index(key)], key

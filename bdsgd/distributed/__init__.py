@@ -49,6 +49,11 @@ trip that follows it.
 children stopped on exit or Ctrl-C); under SLURM the same module runs as one srun step of n + 1
 tasks, ranks and rendezvous from SLURM's environment (``bdsgd.devices.rank_env``).
 
+Beside its result, metrics and trace, the server writes the virtual clock's run of its own record
+(result.replay.parquet: per iteration the cutoff and duration ``bdsgd.loop.replay_runtimes`` gives
+a fresh policy on the recorded run-times), the real run and its replay side by side for
+``bdsgd figures``.
+
 The server checkpoints every train.checkpoint_every iterations (model, optimiser, the trace and
 metrics so far, what the policy observed) beside its result; the same command after a killed
 server resumes there with fresh workers, the policy rebuilt and shown the recorded iterations.

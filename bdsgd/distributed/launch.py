@@ -143,11 +143,11 @@ def job_from_args(args) -> Job:
         if delays.n_workers < job.workers:
             raise UserError(job.delay_trace, "workers", f"{delays.n_workers} workers; --workers is "
                             f"{job.workers}, and worker w waits the trace's column w")
-    # what the server writes (ParameterServer: the result, metrics and trace beside it, and its
-    # checkpoint while it runs)
+    # what the server writes (ParameterServer: the result, metrics, trace and the virtual clock's
+    # replay beside it, and its checkpoint while it runs)
     stem = Path(args.json).with_suffix("")
     check_output("--json", args.json, f"{stem}.metrics.parquet", f"{stem}.trace.parquet",
-                 f"{stem}.checkpoint.pt",
+                 f"{stem}.replay.parquet", f"{stem}.checkpoint.pt",
                  inputs=(args.config, args.model, args.paper_model, args.delay_trace))
     return job
 

@@ -24,11 +24,12 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
 from bdsgd import tracking
+from bdsgd.clock import replay_cutoffs
 from bdsgd.config import Config
 from bdsgd.cutoff import Observation
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
 from bdsgd.io import write_json, write_with
-from bdsgd.loop import Server
+from bdsgd.loop import Server, replay_runtimes
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.provenance import stamp
 from bdsgd.sgd import apply_gradient, evaluate, rate_at_n, step_lr
@@ -77,10 +78,8 @@ class ParameterServer:
     def __init__(self, job: Job, cfg: Config, kv, device: torch.device):
         self.job, self.cfg, self.tc, self.device = job, cfg, cfg.training(), device
         self.n, n = job.workers, job.workers
-        self.policy = build_policy(job.policy, cfg, seed=job.seed, n_workers=n,
-                                   inputs=load_inputs([job.policy], "<distributed>", job.model,
-                                                      job.paper_model),
-                                   comm=0.0, real=True)
+        self.inputs = load_inputs([job.policy], "<distributed>", job.model, job.paper_model)
+        self.policy = self._fresh_policy()
         self.data = load_task(job.task, self.tc.data_dir)
         torch.manual_seed(job.seed)
         self.model = self.data.make_model().to(device)
@@ -107,6 +106,23 @@ class ParameterServer:
         self.seen = 0  # samples applied, for train.lr_schedule (bdsgd.sgd.lr_factor)
         self.observed: list[Observation] = []  # what the policy saw, for a resumed policy
         self.ckpt = Path(f"{Path(job.json).with_suffix('')}.checkpoint.pt")
+
+    def _fresh_policy(self):
+        """The job's policy as built at the start: its config, seed and run-time models."""
+        return build_policy(self.job.policy, self.cfg, seed=self.job.seed, n_workers=self.n,
+                            inputs=self.inputs, comm=0.0, real=True)
+
+    def _replay(self, cutoffs: np.ndarray) -> pd.DataFrame:
+        """The virtual clock on this job's recorded run-times, its late mode and no communication
+        of its own (it is in the run-times), per iteration: virtual_s, the duration with the
+        cutoffs the server applied (``bdsgd.clock.replay_cutoffs``), and replay_cutoff and
+        replay_s, a fresh policy's own run (``bdsgd.loop.replay_runtimes``). Where that waits
+        for more gradients than the server took, it reads censored values: lower bounds."""
+        x, late = self.runtimes, self.job.late
+        own = replay_runtimes(x, self._fresh_policy(), 0.0, late)
+        return pd.DataFrame({"iteration": np.arange(1, len(x) + 1),
+                             "virtual_s": replay_cutoffs(x, cutoffs, np.zeros(self.n), late),
+                             "replay_cutoff": own.cutoffs, "replay_s": own.durations})
 
     # -------------------------------------------------------------------------- messages
     def _send(self, rank: int, t: int) -> None:
@@ -308,6 +324,9 @@ class ParameterServer:
             "source": "distributed", "policy": job.policy, "late": job.late,
             "time_unit": "s", "workers": job.workers}, censored=self.censored)
         write_trace(trace, trace_path)
+        replay = self._replay(metrics["cutoff"].to_numpy())
+        replay_path = Path(f"{stem}.replay.parquet")
+        write_with(replay_path, lambda tmp: replay.to_parquet(tmp, index=False))
         gradients = int(metrics["cutoff"].sum())
         result = {
             **stamp(self.cfg, job.seed, task=job.task, policy=job.policy),
@@ -321,7 +340,7 @@ class ParameterServer:
             "threads": torch.get_num_threads(),  # the server's, under which decisions were timed
             "heartbeat_check_s": self.heartbeat_s, "device": str(self.device),
             "final_accuracy": float(metrics["test_accuracy"].iloc[-1]),
-            "metrics": str(metrics_path), "trace": str(trace_path),
+            "metrics": str(metrics_path), "trace": str(trace_path), "replay": str(replay_path),
             "resumed_from_iteration": resumed_from,
         }
         write_json(out, result)

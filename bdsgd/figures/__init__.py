@@ -11,7 +11,7 @@ library.
 from bdsgd.plotting import FIGURE_FORMATS, figure_files
 
 __all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLICY_DASHES",
-           "FALLBACK_COLOURS", "EXPLORE_PREFIX"]
+           "FALLBACK_COLOURS", "EXPLORE_PREFIX", "VARIANT_SEP"]
 
 FIGURES = {
     "reviewers": ("reviewers.csv", "reviewers.rst", "Reviewer questions"),
@@ -35,6 +35,9 @@ FIGURES = {
     "replay_ablations": ("replay_ablations.csv", "replay_ablations.rst", "Tables"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
+    "ablations": ("ablations.png", "ablations.rst", "Convergence"),
+    "ablations_summary": ("ablations.csv", "ablations_summary.rst", "Tables"),
+    "distributed_replay": ("distributed_replay.png", "distributed_replay.rst", "Convergence"),
 }
 
 
@@ -69,3 +72,6 @@ POLICY_DASHES = {"static": "--", "persist": "--", "bdsgd-model": "--", "bdsgd-pa
                  "oracle-myopic": "--", "oracle-fixed": ":", "async": "--", "cyclic": "--"}
 FALLBACK_COLOURS = ("#332288", "#117733", "#44AA99", "#882255", "#999933", "#AA4499")
 EXPLORE_PREFIX = "explore-"
+# <policy>+<variant>: the policy trained with other train: keys (bdsgd.policies.VARIANTS), an arm
+# of the convergence runs of its own; ``ablations`` draws each beside its policy.
+VARIANT_SEP = "+"

@@ -32,6 +32,17 @@ QUESTIONS = {
                           "decision_overhead"),
     "idle_time": ("R3", "How much worker time is idle, and what do Chen et al.'s backup workers "
                   "save?", "worker_time"),
+    "cutoff_in_training": ("R2", "Which cutoffs do the policies choose while training?",
+                           "training_cutoff"),
+    "time_to_accuracy": ("R1, R2", "Does a higher throughput reach the target accuracy sooner?",
+                         "time_to_accuracy"),
+    "objective": ("R2", "Does maximising the objective's gain instead of throughput pay?",
+                  "ablations"),
+    "lr_scaling": ("R3", "Does linear learning-rate scaling with the cutoff help?", "ablations"),
+    "clock_fidelity": ("R2", "Does the virtual clock reproduce a real distributed run?",
+                       "distributed_replay"),
+    "model_quality": ("R2", "How good are the model's forecasts of the order statistics?",
+                      "model_predictions"),
 }
 COLUMNS = ["question", "reviewer", "asked", "figure", "answer"]
 # Figures whose answer is wall-clock time, which changes from run to run: answers.rst (the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import numbers
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,8 @@ import yaml
 from bdsgd.config import CENSORING, LATE
 from bdsgd.errors import UserError
 from bdsgd.layout import ANY, Layout
-from bdsgd.traces.io import META_KEY
+from bdsgd.traces.io import META_KEY, read_trace
+from bdsgd.traces.schema import Trace
 
 # A public contract: columns may be appended, never removed or reordered.
 SUMMARY_COLUMNS = ["task", "policy", "seed", "time_to_target_s", "final_accuracy",
@@ -45,6 +47,8 @@ PERIOD_SWEEP_COLUMNS = ["trace", "period", "policy", "gradients_per_s", "relativ
 OVERHEAD_COLUMNS = ["trace", "policy", "decision_ms_p50", "decision_ms_p99", "mean_iteration_s",
                     "n_workers", "runtime_median", "time_unit"]
 PREDICTIONS = ("order", "iteration", "predicted_mean", "lo90", "hi90", "realised")
+DISTRIBUTED_METRICS = ("iteration", "wall_time_s", "cutoff")
+DISTRIBUTED_REPLAY = ("iteration", "virtual_s", "replay_cutoff", "replay_s")
 
 
 def need(paths: list[Path], results_dir: Path, what: str) -> list[Path]:
@@ -295,3 +299,52 @@ def load_predictions(results_dir: Path) -> list[tuple[str, pd.DataFrame, str]]:
     frames = [(path, read_parquet(path, PREDICTIONS)) for path in paths]
     return [(path.parent.name, frame.assign(step=replayed_step(frame["iteration"])),
              time_unit(results_dir, path.parent.name)) for path, frame in frames]
+
+
+@dataclass(frozen=True)
+class DistributedJob:
+    """A real ``bdsgd distributed`` job as its server recorded it."""
+
+    name: str
+    policy: str
+    late: str  # distributed.late: what the workers it did not wait for did
+    metrics: pd.DataFrame  # DISTRIBUTED_METRICS, one row per iteration
+    trace: Trace  # the run-times it recorded (censored where the cutoff cut a worker)
+    # the virtual clock on that trace, DISTRIBUTED_REPLAY per iteration: with the job's cutoffs,
+    # and a fresh policy's own run (bdsgd.distributed.ps.ParameterServer._replay)
+    replay: pd.DataFrame
+
+
+def load_distributed(results_dir: Path) -> list[DistributedJob]:
+    """Every distributed job (``Layout.distributed``): its result.json's job (policy, late
+    mode, workers), metrics, trace and replay, as many iterations in each and the cutoffs in
+    1..n. None at all is no error: a results folder without distributed jobs."""
+    layout, jobs = Layout(str(results_dir)), []
+    for path in layout.find(layout.distributed(ANY)):
+        job = read_json(path, "job")
+        workers = job.get("workers")
+        for key, ok in (("policy", isinstance(job.get("policy"), str)),
+                        ("late", isinstance(job.get("late"), str)),
+                        ("workers", type(workers) is int and workers > 0)):
+            if not ok:
+                raise UserError(str(path), f"job.{key}", f"missing or invalid: {job.get(key)!r}")
+        metrics = read_parquet(path.with_name("result.metrics.parquet"), DISTRIBUTED_METRICS)
+        trace_path = path.with_name("result.trace.parquet")
+        trace = read_trace(trace_path)
+        if trace.runtimes.shape != (len(metrics), workers):
+            raise UserError(str(trace_path), "-", f"{trace.n_iterations} iterations of "
+                            f"{trace.n_workers} workers; the job ran {len(metrics)} of {workers}")
+        checks = {"cutoff": (metrics["cutoff"].between(1, workers).all(), f"outside 1..{workers}"),
+                  "wall_time_s": ((np.diff(metrics["wall_time_s"], prepend=0.0) > 0).all(),
+                                  "not increasing from 0")}
+        for column, (ok, message) in checks.items():
+            if not ok:
+                raise UserError(str(path.with_name("result.metrics.parquet")), column, message)
+        replay_path = path.with_name("result.replay.parquet")
+        replay = read_parquet(replay_path, DISTRIBUTED_REPLAY)
+        if len(replay) != len(metrics) or not replay["replay_cutoff"].between(1, workers).all():
+            raise UserError(str(replay_path), "replay_cutoff", f"not {len(metrics)} iterations "
+                            f"of cutoffs in 1..{workers}, as the job ran")
+        jobs.append(DistributedJob(path.parent.name, job["policy"], job["late"], metrics, trace,
+                                   replay))
+    return jobs

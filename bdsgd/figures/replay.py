@@ -319,7 +319,8 @@ def decision_overhead(overhead: pd.DataFrame, gradient_s: float | None, path: Pa
             if not np.isfinite(p50[i]) or p50[i] <= 0:
                 continue
             # a dot, not a bar: a bar on a log axis starts at an arbitrary bottom
-            ax.plot(i, p50[i], marker="o", ms=7, color=policy_style(row["policy"])["color"])
+            ax.plot(i, p50[i], marker="o", ms=7, color=policy_style(row["policy"])["color"],
+                    label=row["policy"])
             ax.plot([i, i], [p50[i], p99[i]], color="k", lw=0.8)
             ax.plot(i, p99[i], marker="_", color="k", ms=8)
             ax.annotate(f"{p50[i]:.1e}", (i, p99[i]), xytext=(0, 3), textcoords="offset points",

@@ -4,11 +4,12 @@ builds one for a run, with every check.
 Names: sync, static, elfving, ecdf, bandit, ewma, persist, bdsgd (the run-time model averaged
 with simple predictors, ``policies.averaging``), bdsgd-model (the model alone) and bdsgd-paper
 (Teng & Wood's own: the model trained their way, ``PAPER_MODEL``, their ratio rule, no margin),
-each needing a run-time model, bayes (needs the simulator's truth), oracle,
-oracle-myopic and oracle-fixed (the best single cutoff in hindsight; all three need the future
-run-times: references only), static-<p>pct (Chen et al.'s
-backup workers at p % of n, for their sweep beside ``static``'s configured count), and
-explore-<name> around any causal one. ``async`` and ``cyclic`` are training modes, not cutoff policies
+each needing a run-time model, bayes (needs the simulator's truth), oracle, oracle-myopic and
+oracle-fixed (the best single cutoff in hindsight; all three need the future run-times:
+references only), static-<p>pct (Chen et al.'s backup workers at p % of n, for their sweep
+beside ``static``'s configured count), explore-<name> around any causal one, and
+<name>+<variant> (``VARIANTS``): a policy trained under other train: settings, an arm of its own
+beside the plain one. ``async`` and ``cyclic`` are training modes, not cutoff policies
 (``bdsgd.schedules.MODES``). The CLI, the trainers and the workflow ask ``spec`` and nothing
 else whether a policy needs a model, the truth or a warm-up history.
 
@@ -74,15 +75,56 @@ def backups_of(name: str) -> float | None:
     return None if match is None else float(match[1]) / 100
 
 
+# Variants: <policy>+<variant> trains the policy with these train: keys set (over its task's
+# recipe), as an arm of its own (its run folder, summary row and marks) beside the plain policy,
+# so that an ablation is one experiment: the cutoff's objective (reviewers ask whether expected
+# loss decrease per second beats gradients per second) and the learning rate's scaling with the
+# accepted batch (whether linear scaling is what makes a cut batch train as well).
+VARIANT_SEP = "+"
+VARIANTS = {
+    "progress": {"objective": "progress"},
+    "throughput": {"objective": "throughput"},
+    "lr-linear": {"lr_scaling": "linear"},
+    "lr-sqrt": {"lr_scaling": "sqrt"},
+    "lr-none": {"lr_scaling": "none"},
+}
+
+
+def variant(name: str) -> tuple[str, dict]:
+    """(the policy, the train: keys its variant sets) of <policy>+<variant>; (name, {}) of a name
+    without one. A ValueError for an unknown variant, and for one that changes nothing the
+    policy reads: train.objective moves a predictive policy's cutoff only, and train.lr_scaling
+    a step of c < n gradients only, which sync never takes."""
+    base, sep, name_of = name.partition(VARIANT_SEP)
+    if not sep:
+        return name, {}
+    if name_of not in VARIANTS:
+        raise ValueError(f"unknown variant {name_of!r} of {name!r}; choose from "
+                         f"{', '.join(VARIANTS)}")
+    settings, need = VARIANTS[name_of], _spec(base)
+    if "objective" in settings and not need.predictive:
+        raise ValueError(f"{name!r}: train.objective moves a predictive policy's cutoff only, "
+                         f"not {base}'s")
+    if "lr_scaling" in settings and base == "sync":
+        raise ValueError(f"{name!r}: sync applies all n gradients every step, whose rate "
+                         "train.lr_scaling leaves as it is")
+    return base, settings
+
+
 def spec(name: str) -> Spec:
-    """The needs of policy ``name``; explore-<p> has p's, static-<p>pct static's. An unknown
-    name is a ValueError."""
+    """The needs of policy ``name``; explore-<p> has p's, static-<p>pct static's, <p>+<variant>
+    p's. An unknown name is a ValueError."""
+    return _spec(variant(name)[0])
+
+
+def _spec(name: str) -> Spec:
+    """``spec`` of a name without a variant."""
     base = name.removeprefix("explore-")
     if backups_of(base) is not None:
         base = "static"
     if base not in SPECS or (name.startswith("explore-") and SPECS[base].needs_future):
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)}, "
-                         "static-<p>pct or explore-<causal policy>")
+                         "static-<p>pct, explore-<causal policy> or <policy>+<variant>")
     return SPECS[base]
 
 

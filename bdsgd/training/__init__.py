@@ -19,8 +19,12 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
     """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
     out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
     ``history_path``: the trace's iterations before the replayed ones (its training part), which
-    a policy that learns from observations sees first; async and cyclic check and record it."""
-    cfg = cfg.for_task(task)
+    a policy that learns from observations sees first; async and cyclic check and record it.
+    A policy <p>+<variant> trains with the train: keys its variant sets (``Config.for_task``),
+    and records its own name."""
+    from bdsgd.policies.build import policy_variant
+
+    cfg = cfg.for_task(task, policy_variant(policy)[1])
     if policy == "async":
         from bdsgd.training.asynchronous import train_async
 

@@ -1,8 +1,9 @@
 # Stage 6: real distributed jobs from distributed.jobs: a parameter server and its workers on
-# torch.distributed (bdsgd distributed), each writing its result, per-iteration metrics and the
-# run-time trace it recorded. One task per process (workers + 1): under the SLURM executor the
-# job asks for that many tasks and, with resources.distributed_launcher: srun, runs as one srun
-# step of them (the executor's mpi convention); locally bdsgd starts the processes itself.
+# torch.distributed (bdsgd distributed), each writing its result, per-iteration metrics, the
+# run-time trace it recorded and the virtual clock's run of that trace under a fresh policy. One
+# task per process (workers + 1): under the SLURM executor the job asks for that many tasks and,
+# with resources.distributed_launcher: srun, runs as one srun step of them (the executor's mpi
+# convention); locally bdsgd starts the processes itself.
 
 
 rule distributed:
@@ -14,6 +15,7 @@ rule distributed:
         result=PATHS.distributed(),
         metrics=PATHS.distributed(file="result.metrics.parquet"),
         trace=PATHS.distributed(file="result.trace.parquet"),
+        replay=PATHS.distributed(file="result.replay.parquet"),
     log:
         PATHS.distributed_log(),
     params:

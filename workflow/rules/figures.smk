@@ -15,6 +15,9 @@ rule figures:
         ablations=ablation_outputs(),
         config=PATHS.config(),  # its figure_note, printed under every figure; train.gradient_s:
         # a normalised trace's seconds (decision_overhead)
+        distributed=[PATHS.distributed(job, file) for job in DIST
+                     for file in ("result.json", "result.metrics.parquet", "result.trace.parquet",
+                                 "result.replay.parquet")],
     output:
         **figure_outputs(),
     log:
