@@ -146,7 +146,7 @@ def variability(decisions: pd.DataFrame) -> pd.DataFrame:
 def throughput_over_time(decisions: pd.DataFrame, units: dict[str, str], path: Path) -> list[Path]:
     """Small multiples, a block of rows per trace and a panel per policy (default rule): the
     per-iteration throughput c_t / d_t (thin) and that of the last WINDOW iterations (thick),
-    with the hindsight oracle's window throughput dotted; one y scale within a trace."""
+    with the hindsight oracle's window throughput thin and black; one y scale within a trace."""
     plain = decisions[~decisions["policy"].str.contains("/")]
     cv = variability(decisions).set_index(["trace", "policy"])
     blocks = {trace: sorted(sub["policy"].unique()) for trace, sub in plain.groupby("trace")}
@@ -164,7 +164,8 @@ def throughput_over_time(decisions: pd.DataFrame, units: dict[str, str], path: P
             ax.plot(step, raw, color=style["color"], alpha=0.25, lw=0.6)
             ax.plot(step, window, lw=1.6, **style, label=f"{policy}, last {WINDOW}")
             if oracle is not None and policy != "oracle":
-                ax.plot(step, _rates(oracle)[1], color="k", ls=":", lw=1, label="oracle")
+                ax.plot(step, _rates(oracle)[1], color="k", lw=0.7, alpha=0.6,
+                        label=f"oracle, last {WINDOW}")
             top = max(top, float(np.percentile(raw, 99)), float(window.max()))
             s = cv.loc[(trace, policy)]
             ax.set_title(f"{trace}: {policy}\nCV of c/d {s['rate_cv']:.2f}, of c "
