@@ -20,9 +20,10 @@ tau_t + comm(c) (``bdsgd.network``). What becomes of the workers it did not wait
               SyncReplicasOptimizer. A worker still busy all through iteration t
               (d_t,w >= tau_t + comm(c)) never started its gradient: it owes only the old one,
               d_t+1,w = d_t,w - tau_t - comm(c), and then starts on the parameters of the
-              iteration it finishes in, one gradient at a time. A late gradient that arrives before the next decision
-              (a_t,w <= tau_t + comm(c)) shows the server that worker's run-time: the
-              observation carries it (``Observation.late``) instead of a censored value.
+              iteration it finishes in, one gradient at a time. A late gradient that arrives
+              before the next decision (a_t,w <= tau_t + comm(c)) shows the server that
+              worker's run-time: the observation carries it (``Observation.late``) instead of a
+              censored value.
 
 Under ``finish`` the server measures a worker's run-time from the iteration's start, so a late
 start counts in it: the policy forecasts arrivals, which are what the cutoff waits for.
