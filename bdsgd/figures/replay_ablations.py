@@ -60,7 +60,7 @@ def _bars(ax, rows: pd.DataFrame, column: str, fmt: str, policy_style) -> None:
                hatch="//" if r.policy.startswith("explore-") else None, edgecolor="k", lw=0.6)
         ax.annotate(fmt.format(value), (i, value), xytext=(0, 2), textcoords="offset points",
                     ha="center", va="bottom" if value >= 0 else "top", fontsize=8)
-    ax.set_xticks(range(len(rows)), labels, fontsize=8)
+    ax.set_xticks(range(len(rows)), labels, fontsize=8, rotation=20, ha="right")
     ax.axhline(0, color="k", lw=0.8)
     ax.margins(y=0.2)
 
