@@ -26,7 +26,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from bdsgd.config import Config
+from bdsgd.config import CENSORING, LATE, Config
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
 from bdsgd.schedules import MODES
@@ -91,7 +91,7 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list
                   for rule in ("train_model", "evaluate_model")),
                 Job("throughput", name, 1, 0, res.throughput_mem_mb, res.throughput_runtime_min,
                     None)]
-    out += _draws(cfg)
+    out += _draws(cfg) + _ablations(cfg)
     gpus = 0 if device == "cpu" else res.train_gpus
     for trace in cfg.train_traces():
         n = trace_workers(cfg, trace)
@@ -110,6 +110,21 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list
                        res.distributed_mem_mb, res.distributed_runtime_min, None))
     out.append(Job("figures", cfg.experiment, 1, 0, None, None, 0.0))
     return out
+
+
+def _ablations(cfg: Config) -> list[Job]:
+    """The replay ablations' jobs (throughput.ablations), on each of its traces: the censored
+    training part, a model and a replay per way of scoring censored run-times, a replay per late
+    mode."""
+    res, traces = cfg.resources, cfg.throughput.ablations.traces
+    if not traces:
+        return []
+    model, replay = (res.model_mem_mb, res.model_runtime_min), (res.throughput_mem_mb,
+                                                                res.throughput_runtime_min)
+    return [Job("censor_trace", "ablations", len(traces), 0, None, None, 0.0),
+            Job("train_censored_model", "ablations", len(traces) * len(CENSORING), 0, *model, None),
+            Job("censoring_replay", "ablations", len(traces) * len(CENSORING), 0, *replay, None),
+            Job("late_replay", "ablations", len(traces) * len(LATE), 0, *replay, None)]
 
 
 def _draws(cfg: Config) -> list[Job]:
