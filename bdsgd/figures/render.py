@@ -208,18 +208,25 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         return _render_all(results_dir, out_dir)
 
 
-def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
+def load_all(results_dir: Path) -> tuple:
+    """Every input of the figures, read and checked (a bad one is a UserError): (summary,
+    metrics, throughput table, decisions, comm sweep, period sweep, decision times, gradient_s,
+    time unit by trace, traces, predictions, replay ablations, convergence ablations, jobs)."""
     if not results_dir.is_dir():
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
     summary, metrics = load_runs(results_dir)
     table, decisions = load_throughput(results_dir)
-    sweep, periods = load_comm_sweep(results_dir), load_period_sweep(results_dir)
-    overhead, seconds = load_overhead(results_dir), gradient_s(results_dir)
     units = {trace: _time_unit(results_dir, trace) for trace in table["trace"].unique()}
-    traces, predictions = load_traces(results_dir), load_predictions(results_dir)
-    replayed = replay_ablations.ablation_table(load_replay_ablations(results_dir))
-    ablated = ablation_table(summary)
-    jobs = load_distributed(results_dir)
+    return (summary, metrics, table, decisions, load_comm_sweep(results_dir),
+            load_period_sweep(results_dir), load_overhead(results_dir), gradient_s(results_dir),
+            units, load_traces(results_dir), load_predictions(results_dir),
+            replay_ablations.ablation_table(load_replay_ablations(results_dir)),
+            ablation_table(summary), load_distributed(results_dir))
+
+
+def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
+    (summary, metrics, table, decisions, sweep, periods, overhead, seconds, units, traces,
+     predictions, replayed, ablated, jobs) = load_all(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     written = [
