@@ -89,20 +89,20 @@ def distributed_replay(jobs: list[DistributedJob], path: Path,
     for (ax_time, ax_cut, ax_total), job in zip(axes, jobs, strict=True):
         replay, unit, n = replay_job(job), job.trace.meta.get("time_unit", "s"), job.trace.n_workers
         found, real = agreement(replay), {"label": "real run", **style(job.policy)}
-        it = replay["iteration"]
+        it = replay["iteration"] - replay["iteration"].iloc[0]  # counted from 0, as elsewhere
         ax_time.plot(it, replay["real_s"], **real)
         ax_time.plot(it, replay["virtual_s"], label="virtual clock", **VIRTUAL_STYLE)
-        ax_time.set(xlabel="iteration", ylabel=f"iteration time ({unit})", ylim=(0, None),
+        ax_time.set(xlabel="iteration, from 0", ylabel=f"iteration time ({unit})", ylim=(0, None),
                     title=f"{job.name}: {job.policy}, {n} workers, late {job.late}")
         ax_cut.step(it, replay["cutoff"], where="mid", **real)
         ax_cut.step(it, replay["replay_cutoff"], where="mid", label=OWN, **OWN_STYLE)
-        ax_cut.set(xlabel="iteration", ylabel="cutoff c (gradients applied)", ylim=(0.5, n + 0.5),
+        ax_cut.set(xlabel="iteration, from 0", ylabel="cutoff c (gradients applied)", ylim=(0.5, n + 0.5),
                    yticks=range(1, n + 1), title=f"cutoff per iteration: the same in "
                                                  f"{100 * found['same_cutoff']:.0f} %")
         ax_total.plot(it, replay["real_s"].cumsum(), **real)
         ax_total.plot(it, replay["virtual_s"].cumsum(), label="virtual clock", **VIRTUAL_STYLE)
         ax_total.plot(it, replay["replay_s"].cumsum(), label=OWN, **OWN_STYLE)
-        ax_total.set(xlabel="iteration", ylabel=f"cumulative time ({unit})", ylim=(0, None),
+        ax_total.set(xlabel="iteration, from 0", ylabel=f"cumulative time ({unit})", ylim=(0, None),
                      title=f"virtual / real = {found['total_ratio']:.2f}, median |error| "
                            f"{100 * found['median_error']:.0f} %")
         for ax in (ax_time, ax_cut, ax_total):
