@@ -40,6 +40,10 @@ from tests.slurm_cluster import run_on_slurm
 # directory of its own, with the tiny DAG's config file and the environment to run in.
 RUNS = {"tiny_dag": run_dag, "slurm_runs": run_on_slurm, "distributed_jobs": run_distributed_jobs,
         "stages_by_hand": run_stages_by_hand}
+# The order they finish in on 2 cores (the distributed jobs ~100 s, the DAG ~190 s, the stages by
+# hand ~230 s: queued behind the first to finish, SLURM's two DAGs ~300 s): the modules that
+# read them run in this order, so that none waits while a later-finishing run's readers could go.
+FINISHED = ("distributed_jobs", "tiny_dag", "stages_by_hand", "slurm_runs")
 
 
 class Background:
@@ -107,14 +111,14 @@ def _reads_a_run(item: pytest.Item) -> bool:
 @pytest.hookimpl(trylast=True)  # after -k and -m deselect
 def pytest_collection_modifyitems(session, config, items):
     """The long tests (marked long) only where -m names them (make test-long); then the
-    modules whose tests read a session run go last: the runs go on meanwhile. Of those, the
-    modules that read only the DAG (the first run to finish) go first."""
+    modules whose tests read a session run go last: the runs go on meanwhile. Of those, in the
+    order the runs they read finish (``FINISHED``)."""
     # not -m "not long" in addopts: a -m given on the command line (-m "not slow") replaces it
     if "long" not in config.option.markexpr:
         long = [item for item in items if item.get_closest_marker("long")]
         config.hook.pytest_deselected(items=long)
         items[:] = [item for item in items if not item.get_closest_marker("long")]
-    order = list(RUNS)
+    order = list(FINISHED)
     late: dict[Path, int] = {}
     for item in items:
         if _reads_a_run(item):
