@@ -26,7 +26,7 @@ smoke: install  ## the whole evaluation at toy scale: figures/smoke/
 test: install  ## every test: unit, CLI subprocess, snakemake DAG, lint
 	pytest -q
 
-test-long: install  ## the long tests (minutes): a convergence run past its SLURM time limit
+test-long: install  ## the long tests (minutes): a convergence run past its SLURM time limit, every figure rendered twice
 	pytest -q -m long
 
 lint: install
