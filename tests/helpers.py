@@ -34,7 +34,7 @@ def tiny_config(**overrides) -> dict:
         "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",
                                     "oracle", "oracle-myopic"],
                        # the sweeps' machinery, not their curves
-                       "comm_ratios": [1.0], "decide_every": [1, 10]},
+                       "comm_ratios": [1.0], "decide_every": [1, 10], "period_policies": ["elfving"]},
         "train": {"trace": "sim", "tasks": ["digits"], "policies": ["sync", "bdsgd"],
                   "seeds": [0], "batch_size": 8, "max_iterations": 30, "eval_every": 10,
                   "target_accuracy": {"digits": 0.5}},
