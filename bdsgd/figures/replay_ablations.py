@@ -100,36 +100,40 @@ def draw(table: pd.DataFrame, ablation: str, path, unit_of, policy_style) -> lis
     return save_figure(fig, path)
 
 
-def censoring_answer(table: pd.DataFrame) -> str:
-    """The measured effect of imputing censored run-times against scoring their likelihood."""
-    rows = table[table["ablation"] == "censoring"]
+def _per_trace(table: pd.DataFrame, ablation: str, sentence) -> str:
+    """``sentence(trace, rows)`` for each trace that ran ``ablation``, joined; or why none did."""
+    rows = table[table["ablation"] == ablation]
     if rows.empty:
-        return "Not measured: no trace runs the censoring ablation (throughput.ablations.traces)."
-    parts = []
-    for trace, sub in rows.groupby("trace"):
-        arm = sub.set_index("arm")
-        lik, imp = arm.loc["likelihood"], arm.loc["impute"]
-        parts.append(
-            f"On {trace}, {lik.policy} with censored run-times imputed forecasts its cutoff "
+        return (f"Not measured: no trace runs the {ablation} ablation "
+                "(throughput.ablations.traces).")
+    return " ".join(sentence(trace, sub) for trace, sub in rows.groupby("trace"))
+
+
+def _censoring_sentence(trace: str, rows: pd.DataFrame) -> str:
+    arm = rows.set_index("arm")
+    lik, imp = arm.loc["likelihood"], arm.loc["impute"]
+    return (f"On {trace}, {lik.policy} with censored run-times imputed forecasts its cutoff "
             f"time {np.expm1(imp.forecast_bias):+.0%} off (likelihood: "
             f"{np.expm1(lik.forecast_bias):+.0%}), waits for {imp.mean_cutoff:.2f} workers on "
             f"average against {lik.mean_cutoff:.2f}, and reaches {imp.relative_to_oracle:.3f} "
             f"of the hindsight optimum against {lik.relative_to_oracle:.3f}.")
-    return " ".join(parts)
+
+
+def _data_sentence(trace: str, rows: pd.DataFrame) -> str:
+    base = rows.iloc[0]
+    others = [f"{r.policy} with late workers {r.arm}ing: "
+              f"{r.later_gradients_per_s / base.later_gradients_per_s:.3f}x the throughput, "
+              f"forecast error {r.later_forecast_error:.3f}" for r in rows.iloc[1:].itertuples()]
+    return (f"On {trace}, in the replay's later half, against {base.policy} with late workers "
+            f"{base.arm}ing (forecast error {base.later_forecast_error:.3f}): "
+            + "; ".join(others) + ".")
+
+
+def censoring_answer(table: pd.DataFrame) -> str:
+    """The measured effect of imputing censored run-times against scoring their likelihood."""
+    return _per_trace(table, "censoring", _censoring_sentence)
 
 
 def data_value_answer(table: pd.DataFrame) -> str:
     """The measured worth of the data explore- and late: finish buy, in the later half."""
-    rows = table[table["ablation"] == "data"]
-    if rows.empty:
-        return "Not measured: no trace runs the data ablation (throughput.ablations.traces)."
-    parts = []
-    for trace, sub in rows.groupby("trace"):
-        base = sub.iloc[0]
-        others = [f"{r.policy} with late workers {r.arm}ing: "
-                  f"{r.later_gradients_per_s / base.later_gradients_per_s:.3f}x the throughput, "
-                  f"forecast error {r.later_forecast_error:.3f}" for r in sub.iloc[1:].itertuples()]
-        parts.append(f"On {trace}, in the replay's later half, against {base.policy} with late "
-                     f"workers {base.arm}ing (forecast error {base.later_forecast_error:.3f}): "
-                     + "; ".join(others) + ".")
-    return " ".join(parts)
+    return _per_trace(table, "data", _data_sentence)
