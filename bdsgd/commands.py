@@ -43,7 +43,8 @@ def cmd_traces_simulate(args):
     from bdsgd.provenance import stamp
     from bdsgd.stages import load_stage_config
     from bdsgd.traces.io import write_trace
-    from bdsgd.traces.simulate import simulate, truth_path, write_truth
+    from bdsgd.traces.simulate import simulate
+    from bdsgd.traces.truth import truth_path, write_truth
 
     check_output("--out", args.out, truth_path(args.out), inputs=(args.config,))
     cfg = load_stage_config(args.config, "simulate_trace")
@@ -92,7 +93,7 @@ def cmd_traces_plot(args):
 
 def cmd_traces_split(args):
     from bdsgd.traces.io import read_trace, write_split
-    from bdsgd.traces.simulate import read_truth, truth_path
+    from bdsgd.traces.truth import read_truth, truth_path
 
     sidecar = truth_path(args.trace)
     for flag, out in (("--train", args.train), ("--test", args.test)):

@@ -51,6 +51,12 @@ class SimulateConfig:
     seq_batch: int | None = None
     seq_alpha: float | None = None
     seq_max: float | None = None
+    straggler_on: float | None = None
+    straggler_off: float | None = None
+    nodes_per_rack: int | None = None
+    rack_start: float | None = None
+    rack_length: float | None = None
+    rack_slowdown: float | None = None
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from bdsgd.traces.simulate import simulate
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_ITERATIONS = 500  # --epochs is for a training part this long
 SCENARIOS = ("calm", "emerging-straggler", "node-contention", "load-shift", "mixed", "iid-heavy",
-             "data-dependent", "heterogeneous", "calm-spikes")
+             "data-dependent", "heterogeneous", "calm-spikes", "intermittent-straggler", "rack-event")
 TRACES = (*SCENARIOS, "pai-job1", "pai-job2")
 POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd",
             "bdsgd-model", "explore-bdsgd", "oracle-myopic", "async"]

@@ -100,9 +100,9 @@ def test_bdsgd_and_bayes_take_their_inputs(tmp_path, monkeypatch):
     adapter = types.SimpleNamespace(ModelPredictor=predictor)
     monkeypatch.setitem(sys.modules, "bdsgd.policies.model_predictor", adapter)
     truth_file = tmp_path / "t.truth.npz"
-    sim_module = types.SimpleNamespace(truth_path=lambda p: truth_file,
+    truth_module = types.SimpleNamespace(truth_path=lambda p: truth_file,
                                        read_truth=lambda p: Regimes(4))
-    monkeypatch.setitem(sys.modules, "bdsgd.traces.simulate", sim_module)
+    monkeypatch.setitem(sys.modules, "bdsgd.traces.truth", truth_module)
 
     result = run_benchmark(tmp_path / "t.parquet", ["bdsgd", "explore-bdsgd"], model_path="m.pt")
     assert result["policies"]["bdsgd"]["rule"] == default_config().policies.rule
@@ -141,9 +141,9 @@ def test_cli_writes_the_table(tmp_path, capsys):
 ])
 def test_cli_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, words):
     tiny_trace(tmp_path / "t.parquet")
-    sim_module = types.SimpleNamespace(truth_path=lambda p: tmp_path / "absent.npz",
+    truth_module = types.SimpleNamespace(truth_path=lambda p: tmp_path / "absent.npz",
                                        read_truth=None)
-    monkeypatch.setitem(sys.modules, "bdsgd.traces.simulate", sim_module)
+    monkeypatch.setitem(sys.modules, "bdsgd.traces.truth", truth_module)
     code = main(["throughput", str(tmp_path / "t.parquet"), *args, "--json",
                  str(tmp_path / "o.json")])
     err = capsys.readouterr().err

@@ -1,25 +1,29 @@
 """The generative cluster: its statistics match its parameters (tolerances stated per test), it is
 seeded, its truth sidecar round-trips, its predictive draws are calibrated, its default
 scenarios match the real PAI jobs' per-iteration CoV, and the scenarios for what real clusters
-show (iid-heavy, data-dependent, heterogeneous, calm-spikes) have their defining properties and a
-truth that bayes predicts from."""
+show (iid-heavy, data-dependent, heterogeneous, calm-spikes) and for a worker effect that changes
+(intermittent-straggler, rack-event) have their defining properties and a truth that bayes
+predicts from; the scenarios that were there before draw the same traces from the same seed."""
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from bdsgd.config import SimulateConfig
 from bdsgd.cutoff import observation
 from bdsgd.errors import UserError
 from bdsgd.policies.predictors import TruthPredictor
+from bdsgd.schema import SCHEMA_PATH
 from bdsgd.traces.describe import iteration_cov
 from bdsgd.traces.io import read_trace, write_trace
-from bdsgd.traces.simulate import SCENARIOS, read_truth, simulate, truth_path, write_truth
+from bdsgd.traces.simulate import SCENARIOS, simulate
+from bdsgd.traces.truth import read_truth, truth_path, write_truth
 
 DATA = Path(__file__).parent / "data"
 QUIET = dict(speed_sigma=0.0, jitter_sigma=0.05, contention_start=0.0, contention_stop=0.0,
@@ -29,6 +33,7 @@ QUIET = dict(speed_sigma=0.0, jitter_sigma=0.05, contention_start=0.0, contentio
 
 
 NEW_SCENARIOS = ("iid-heavy", "data-dependent", "heterogeneous", "calm-spikes")
+CHANGING = ("intermittent-straggler", "rack-event")
 
 
 def sim(seed=0, **kw):
@@ -167,15 +172,18 @@ def test_predictive_draws_at_start_and_speed():
 
 
 def test_truth_round_trip_and_errors(tmp_path):
-    _, truth = simulate(SimulateConfig(scenario="mixed", workers=8, iterations=100), 2)
+    _, truth = simulate(SimulateConfig(scenario="intermittent-straggler", workers=8, iterations=100,
+                                       rack_start=0.3, rack_length=0.4, rack_slowdown=2.0), 2)
     path = truth_path(tmp_path / "sim.parquet")
     assert path == tmp_path / "sim.truth.npz"
     write_truth(truth, path)
     assert [p.name for p in tmp_path.iterdir()] == ["sim.truth.npz"]
     back = read_truth(path)
-    for name in ("base_s", "contention", "straggler", "load", "stall_t", "stall_s", "node"):
+    for name in ("base_s", "contention", "straggler", "straggler_path", "load", "rack_struck",
+                 "stall_t", "stall_s", "node"):
         np.testing.assert_array_equal(getattr(back, name), getattr(truth, name))
     assert back.params == truth.params and back.straggler_onset == truth.straggler_onset
+    assert (back.rack_onset, back.rack_end) == (truth.rack_onset, truth.rack_end) == (30, 70)
     rng1, rng2 = np.random.default_rng(5), np.random.default_rng(5)
     np.testing.assert_array_equal(back.predictive_draws(50, 4, rng1),
                                   truth.predictive_draws(50, 4, rng2))
@@ -221,7 +229,7 @@ def lag1(x: np.ndarray) -> float:
     return float(((d[1:] * d[:-1]).sum(axis=0) / (d * d).sum(axis=0)).mean())
 
 
-@pytest.mark.parametrize("scenario", NEW_SCENARIOS)
+@pytest.mark.parametrize("scenario", NEW_SCENARIOS + CHANGING)
 def test_new_scenarios_draw_valid_seeded_traces(scenario, tmp_path):
     """Each draws a trace that passes the file schema's validation, the same from the same seed."""
     cfg = SimulateConfig(scenario=scenario, workers=12, iterations=200)
@@ -296,7 +304,7 @@ def test_calm_spikes_are_rare_and_single():
     assert (spike[1:] & spike[:-1]).sum() <= 0.1 * spike.sum()
 
 
-@pytest.mark.parametrize("scenario", NEW_SCENARIOS)
+@pytest.mark.parametrize("scenario", NEW_SCENARIOS + CHANGING)
 def test_truth_lets_bayes_predict_new_scenarios(scenario, tmp_path):
     """TruthPredictor on the truth sidecar: its E[x_(c)] averaged over the iterations matches the
     realised order statistics' averages within 5% (errors measured <= 2%; a truth without the
@@ -324,16 +332,135 @@ def test_bayes_puts_the_slow_workers_last():
 
 
 def test_a_truth_from_before_a_mechanism_existed_reads_with_it_switched_off(tmp_path):
-    """A sidecar whose params lack the newer mechanisms' keys (slow workers, sequence lengths)
-    had them off: it reads, and predicts as the same truth with them written out."""
+    """A sidecar whose params lack the newer mechanisms' keys (slow workers, sequence lengths,
+    stragglers that come and go, the rack event) and whose arrays lack the straggler path and the
+    struck rack had them off: it reads, and predicts as the same truth with them written out."""
     _, truth = simulate(SimulateConfig(scenario="mixed", workers=8, iterations=100), 2)
     newer = {"slow_workers", "slow_factor_min", "slow_factor_max", "seq_batch", "seq_alpha",
-             "seq_max"}
+             "seq_max", "straggler_on", "straggler_off", "nodes_per_rack", "rack_start",
+             "rack_length", "rack_slowdown"}
     assert newer <= set(truth.params)
-    older = dataclasses.replace(truth, params={k: v for k, v in truth.params.items()
-                                               if k not in newer})
-    back = read_truth(write_truth(older, tmp_path / "old.truth.npz"))
+    header = json.dumps({"params": {k: v for k, v in truth.params.items() if k not in newer},
+                         "seed": truth.seed, "straggler_onset": truth.straggler_onset})
+    older = ("node", "base_s", "contention", "straggler", "load", "stall_t", "stall_worker",
+             "stall_s")
+    with open(tmp_path / "old.truth.npz", "wb") as f:
+        np.savez_compressed(f, header=np.array(header),
+                            **{name: getattr(truth, name) for name in older})
+    back = read_truth(tmp_path / "old.truth.npz")
     assert back.params == truth.params
-    rng1, rng2 = np.random.default_rng(5), np.random.default_rng(5)
-    np.testing.assert_array_equal(back.predictive_draws(50, 4, rng1),
-                                  truth.predictive_draws(50, 4, rng2))
+    np.testing.assert_array_equal(back.straggler_path, truth.straggler_path)
+    assert not back.rack_struck.any()
+    for t in (50, 85):  # before and after the straggler's onset at 80
+        rng1, rng2 = np.random.default_rng(5), np.random.default_rng(5)
+        np.testing.assert_array_equal(back.predictive_draws(t, 4, rng1),
+                                      truth.predictive_draws(t, 4, rng2))
+
+
+# --------------------------------------------------------- stragglers that come and go; a rack event
+# Each earlier scenario's run-times (12 workers, 200 iterations, seed 0) by their sum and sum of
+# squares, as the committed results drew them: a changed random draw moves these by far more
+# than rel 1e-9.
+BEFORE = {
+    "calm": (2452.852495233489, 2515.719776585601),
+    "emerging-straggler": (2807.918270159139, 3760.7482475917723),
+    "node-contention": (3145.4758410258264, 4648.822280516104),
+    "load-shift": (3052.9913070719363, 4045.987457437076),
+    "mixed": (3721.4331892719565, 8452.650757620704),
+    "iid-heavy": (2908.0202259125836, 5854.605154849849),
+    "data-dependent": (2931.865424987488, 4407.484785239611),
+    "heterogeneous": (5754.809092068597, 19760.834822584795),
+    "calm-spikes": (2453.6635630226547, 2520.676055452709),
+}
+
+
+@pytest.mark.parametrize("scenario", BEFORE)
+def test_scenarios_draw_the_recorded_traces(scenario):
+    """A mechanism that is off draws no random numbers: committed results stay reproducible."""
+    x = simulate(SimulateConfig(scenario=scenario, workers=12, iterations=200), 0)[0].runtimes
+    assert (x.sum(), (x**2).sum()) == pytest.approx(BEFORE[scenario], rel=1e-9)
+
+
+def test_every_scenario_is_in_the_schema():
+    defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
+    assert defs["simulate"]["properties"]["scenario"]["enum"] == list(SCENARIOS)
+
+
+def test_intermittent_stragglers_fraction_and_episode_length():
+    """From the onset each straggler is slow at first, then slow a fraction on / (on + off) = 0.2
+    of the time (+-0.02; sd ~0.004 over 20 chains x 3 000 steps) in episodes of 1 / off = 5
+    iterations on average (+-10%; ~2 400 episodes); no one else is ever slow, no one before the
+    onset; a slow straggler's run-time is the slowdown times its own (exact without jitter)."""
+    T, onset = 4000, 1000
+    trace, truth = sim(workers=40, iterations=T, stragglers=20, straggler_start=0.25,
+                       straggler_slowdown=3.0, straggler_on=0.05, straggler_off=0.2,
+                       jitter_sigma=0.0)
+    g = truth.straggler_path
+    assert not g[:onset].any() and not g[:, ~truth.straggler].any()
+    assert g[onset, truth.straggler].all()
+    chains = g[onset + T // 10:, truth.straggler]  # its start forgotten
+    assert chains.mean() == pytest.approx(0.2, abs=0.02)
+    after = g[onset:, truth.straggler]
+    episodes = (after[1:] & ~after[:-1]).sum() + after.shape[1]
+    assert after.sum() / episodes == pytest.approx(5, rel=0.1)
+    np.testing.assert_allclose(trace.compute_s / truth.base_s, np.where(g, 3.0, 1.0))
+    assert all(truth.straggling(t).tolist() == g[t].tolist() for t in (0, onset, T - 1))
+
+
+def test_stragglers_stay_slow_without_straggler_off():
+    """straggler_off = 0: slow from the onset to the end, whatever straggler_on, drawing the
+    same numbers as before the chain existed."""
+    kw = dict(workers=10, iterations=300, stragglers=3, straggler_start=0.5,
+              straggler_slowdown=2.0)
+    trace, truth = sim(**kw, straggler_on=0.5, straggler_off=0.0)
+    expected = truth.straggler & (np.arange(300)[:, None] >= 150)
+    np.testing.assert_array_equal(truth.straggler_path, expected)
+    np.testing.assert_array_equal(sim(**kw)[0].runtimes, trace.runtimes)
+
+
+def test_rack_event_slows_one_rack_in_its_window():
+    """Exactly the struck rack's workers (nodes // nodes_per_rack), exactly over
+    [floor(start T), floor(start T) + floor(length T)), by exactly the slowdown; each rack is
+    struck from some seed."""
+    kw = dict(workers=24, workers_per_node=2, iterations=200, nodes_per_rack=3, rack_start=0.3,
+              rack_length=0.2, rack_slowdown=2.0, jitter_sigma=0.0)
+    trace, truth = sim(**kw)
+    rack = truth.node // 3
+    struck = np.unique(rack[truth.rack_struck])
+    assert len(struck) == 1 and (truth.rack_struck == (rack == struck[0])).all()
+    assert (truth.rack_onset, truth.rack_end) == (60, 100)
+    window = (np.arange(200) >= 60) & (np.arange(200) < 100)
+    np.testing.assert_allclose(trace.compute_s / truth.base_s,
+                               np.where(window[:, None] & truth.rack_struck, 2.0, 1.0))
+    chosen = {int(rack[sim(seed, **kw)[1].rack_struck][0]) for seed in range(30)}
+    assert chosen == {0, 1, 2, 3}
+
+
+def test_predictive_draws_follow_the_straggler_chain_and_the_rack_event():
+    """Without jitter, stalls or contention a draw over b_i is its factors exactly: before the
+    onset 1, at it rho for S; after it a straggler slow at t-1 is slow again with prob 1 - off,
+    a recovered one turns slow with prob on (+-0.03 over 4 000 draws), no one else is; inside
+    the rack window the struck rack's workers are phi slower, outside it no one is."""
+    rng = np.random.default_rng(0)
+    _, truth = sim(workers=16, iterations=400, stragglers=8, straggler_start=0.25,
+                   straggler_slowdown=3.0, straggler_on=0.2, straggler_off=0.3, jitter_sigma=0.0)
+    s, g = truth.straggler, truth.straggler_path
+    draw = truth.predictive_draws
+    np.testing.assert_array_equal(draw(99, 50, rng), np.broadcast_to(truth.base_s, (50, 16)))
+    np.testing.assert_allclose(draw(100, 50, rng) / truth.base_s,
+                               np.broadcast_to(np.where(s, 3.0, 1.0), (50, 16)))
+    t = next(t for t in range(101, 400) if (g[t - 1] & s).any() and (~g[t - 1] & s).any())
+    factor = draw(t, 4000, rng) / truth.base_s
+    assert np.isin(np.round(factor, 9), [1.0, 3.0]).all()
+    slow = factor > 2
+    assert not slow[:, ~s].any()
+    assert slow[:, g[t - 1]].mean() == pytest.approx(0.7, abs=0.03)
+    assert slow[:, s & ~g[t - 1]].mean() == pytest.approx(0.2, abs=0.03)
+
+    _, truth = sim(workers=16, iterations=400, rack_start=0.5, rack_length=0.25,
+                   rack_slowdown=2.0, jitter_sigma=0.0)
+    assert truth.rack_struck.sum() == 8  # 2 racks of 2 nodes of 4 workers
+    for t, rack in ((199, 1.0), (200, 2.0), (299, 2.0), (300, 1.0)):
+        expected = truth.base_s * np.where(truth.rack_struck, rack, 1.0)
+        np.testing.assert_allclose(truth.predictive_draws(t, 50, rng),
+                                   np.broadcast_to(expected, (50, 16)))

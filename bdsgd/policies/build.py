@@ -80,7 +80,7 @@ def load_inputs(names: list[str], trace_path, model_path, paper_model_path=None)
     model = _model(needs, False, model_path, "--model", "bdsgd model train")
     paper = _model(needs, True, paper_model_path, "--paper-model", "bdsgd model train --paper")
     if any(need.needs_truth for need in needs):
-        from bdsgd.traces.simulate import read_truth, truth_path
+        from bdsgd.traces.truth import read_truth, truth_path
 
         sidecar = truth_path(trace_path)
         if not sidecar.is_file():

@@ -5,7 +5,7 @@ b = ``base_runtime_s``, worker i's run-time at iteration t = 0..T-1 is
 
     x_{t,i} = compute_{t,i} + comm_{t,i}
 
-    compute_{t,i} = b_i L_t kappa^{C_{t,k(i)}} rho^{G_{t,i}} exp(eps_{t,i}) ell_{t,i}
+    compute_{t,i} = b_i L_t kappa^{C_{t,k(i)}} rho^{G_{t,i}} phi^{R_{t,i}} exp(eps_{t,i}) ell_{t,i}
                     + B_{t,i} D_{t,i}
 
 with these parts:
@@ -26,9 +26,18 @@ with these parts:
   x_min = s b) length (``stall_alpha``, ``stall_scale`` = s) cut at M b (``stall_max`` = M; a
   real job would time out or restart the worker). Uncut, E[D] = s b alpha / (alpha - 1) for
   alpha > 1, and alpha <= 2 has infinite variance.
-- **Stragglers that emerge mid-run**: a uniformly chosen set S of ``stragglers`` workers becomes
-  slower by rho (``straggler_slowdown``) from iteration t_s = floor(``straggler_start`` T) on:
-  G_{t,i} = 1[i in S and t >= t_s]. They stay slow.
+- **Stragglers that emerge mid-run, and may come and go**: a uniformly chosen set S of
+  ``stragglers`` workers is slower by rho (``straggler_slowdown``) from iteration
+  t_s = floor(``straggler_start`` T) on: G_{t,i} = 0 for i not in S or t < t_s, G_{t_s,i} = 1 for
+  i in S, and from there each G_{.,i} is a two-state Markov chain of its own,
+  P(G_t = 0 | G_{t-1} = 1) = q_off (``straggler_off``), P(G_t = 1 | G_{t-1} = 0) = q_on
+  (``straggler_on``). With q_off = 0 they stay slow. Otherwise an episode lasts 1 / q_off
+  iterations on average, and a straggler is slow a fraction q_on / (q_on + q_off) of the time
+  once its chain has forgotten its start (a worker whose throttling or noisy neighbour recurs).
+- **A rack event**: nodes sit in racks of r nodes (``nodes_per_rack``; worker i in rack
+  k(i) // r). One rack, chosen uniformly, is slower by phi (``rack_slowdown``) over the l =
+  floor(``rack_length`` T) iterations from t_r = floor(``rack_start`` T) on: R_{t,i} = 1[i in
+  that rack and t_r <= t < t_r + l] (a top-of-rack switch or a power event). phi = 1: none.
 - **Load shift across the whole cluster**: L_t = 1 before t_L = floor(``load_shift_at`` T) and
   ``load_shift_factor`` from then on (a step, e.g. another job arrives on the cluster).
 - **Data-dependent run-times (variable sequence lengths)**: a worker's micro-batch holds B
@@ -62,60 +71,56 @@ the real statistics it is calibrated against, and docs/decisions.md gives the nu
   spikes are isolated: the rate and height of the spikes.
 
 None models the slow drift of the raw PAI jobs (their run-times' strong lag-1 autocorrelation).
+Two more, with no real trace to calibrate them, ask whether a policy follows a worker effect
+that changes: ``intermittent-straggler`` (two workers 3x slower in episodes that come and go)
+and ``rack-event`` (one rack 2x slower for a stretch of the run).
 
-The latent state (base speeds with the slow workers' factors, contention path, straggler set
-and onset, load path, stall events) is returned as ``Truth``, whose ``predictive_draws`` gives
-joint draws of x_t from the true dynamics given the true state up to t - 1: the forecast no
-causal predictor can beat. The schedule (t_s, t_L, S) is part of that state, fixed at the start
-of the run. Sequence lengths are fresh draws like the jitter: independent of the past, they are
-no part of the state (a server that read the next batch's lengths could forecast better; none of
-the policies does).
+The latent state (base speeds with the slow workers' factors, contention path, straggler set,
+onset and path, load path, struck rack and its window, stall events) is returned as ``Truth``
+(bdsgd.traces.truth saves it beside a trace), whose ``predictive_draws`` gives joint draws of
+x_t from the true dynamics given the true state up to t - 1: the forecast no causal predictor
+can beat. The schedule (t_s, t_L, S, the struck rack and its window) is part of that state,
+fixed at the start of the run; C and G step from their true values at t - 1. Sequence lengths
+are fresh draws like the jitter: independent of the past, they are no part of the state (a
+server that read the next batch's lengths could forecast better; none of the policies does).
 
-Everything is vectorised over workers and iterations; only the K-state Markov chain steps through
-time (a loop of T cheap vector operations). 1,000 workers x 10,000 iterations take seconds
-(benchmarks/bench_simulate.py).
+Everything is vectorised over workers and iterations; only the Markov chains (K nodes, |S|
+stragglers) step through time (a loop of T cheap vector operations). 1,000 workers x 10,000
+iterations take seconds (benchmarks/bench_simulate.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bdsgd.config import SimulateConfig
 from bdsgd.errors import UserError
-from bdsgd.io import write_with
 from bdsgd.traces.schema import Trace
 
 COMM_SHAPE = 4.0  # Gamma shape of communication times: CoV 1/sqrt(4) = 0.5
 
-# The slow-worker and sequence-length mechanisms switched off.
-_UNIFORM_SPEED = {"slow_workers": 0, "slow_factor_min": 1.0, "slow_factor_max": 1.0}
-_FIXED_LENGTHS = {"seq_batch": 1, "seq_alpha": 2.0, "seq_max": 1.0}
+# Mechanisms switched off: slow workers, variable sequence lengths, stragglers that come and go
+# (those of S stay slow), a rack event. A truth sidecar written before a mechanism existed had it
+# off (bdsgd.traces.truth reads it so).
+SWITCHED_OFF = {
+    "slow_workers": 0, "slow_factor_min": 1.0, "slow_factor_max": 1.0,
+    "seq_batch": 1, "seq_alpha": 2.0, "seq_max": 1.0,
+    "straggler_on": 0.0, "straggler_off": 0.0,
+    "nodes_per_rack": 2, "rack_start": 0.5, "rack_length": 0.0, "rack_slowdown": 1.0,
+}
 
 _CALM = {
-    "speed_sigma": 0.04,
-    "jitter_sigma": 0.05,
-    "contention_start": 0.002,
-    "contention_stop": 0.2,
-    "contention_slowdown": 1.3,
-    "stall_prob": 0.001,
-    "stall_alpha": 2.5,
-    "stall_scale": 0.2,
-    "stall_max": 30.0,
-    "stragglers": 0,
-    "straggler_start": 0.5,
-    "straggler_slowdown": 1.0,
-    "load_shift_at": 0.5,
-    "load_shift_factor": 1.0,
+    "speed_sigma": 0.04, "jitter_sigma": 0.05,
+    "contention_start": 0.002, "contention_stop": 0.2, "contention_slowdown": 1.3,
+    "stall_prob": 0.001, "stall_alpha": 2.5, "stall_scale": 0.2, "stall_max": 30.0,
+    "stragglers": 0, "straggler_start": 0.5, "straggler_slowdown": 1.0,
+    "load_shift_at": 0.5, "load_shift_factor": 1.0,
     "comm_s": 0.02,
-    **_UNIFORM_SPEED,
-    **_FIXED_LENGTHS,
+    **SWITCHED_OFF,
 }
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -133,27 +138,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "load-shift": {**_CALM, "load_shift_at": 0.5, "load_shift_factor": 1.5},
     # Everything at once, at strengths calibrated so that the per-iteration CoV at n = 16
     # follows the 100 real PAI jobs' pooled distribution (docs/decisions.md has the fit):
-    # mostly calm iterations, node contention episodes (~20
-    # iterations, 9% of node-time, 1.7x), heavy-tailed stalls (Pareto 1.2, cut at 30 b), the
-    # cluster 1.3x slower after 30%, and one worker 7x slower over the last 20%.
+    # mostly calm iterations, node contention episodes (~20 iterations, 9% of node-time, 1.7x),
+    # heavy-tailed stalls (Pareto 1.2, cut at 30 b), the cluster 1.3x slower after 30%, and one
+    # worker 7x slower over the last 20%.
     "mixed": {
-        "speed_sigma": 0.03,
-        "jitter_sigma": 0.04,
-        "contention_start": 0.005,
-        "contention_stop": 0.05,
-        "contention_slowdown": 1.7,
-        "stall_prob": 0.01,
-        "stall_alpha": 1.2,
-        "stall_scale": 0.5,
-        "stall_max": 30.0,
-        "stragglers": 1,
-        "straggler_start": 0.8,
-        "straggler_slowdown": 7.0,
-        "load_shift_at": 0.3,
-        "load_shift_factor": 1.3,
+        "speed_sigma": 0.03, "jitter_sigma": 0.04,
+        "contention_start": 0.005, "contention_stop": 0.05, "contention_slowdown": 1.7,
+        "stall_prob": 0.01, "stall_alpha": 1.2, "stall_scale": 0.5, "stall_max": 30.0,
+        "stragglers": 1, "straggler_start": 0.8, "straggler_slowdown": 7.0,
+        "load_shift_at": 0.3, "load_shift_factor": 1.3,
         "comm_s": 0.05,
-        **_UNIFORM_SPEED,
-        **_FIXED_LENGTHS,
+        **SWITCHED_OFF,
     },
     # Run-times with no memory and no worker effect, heavy-tailed: lognormal jitter (0.1) and a
     # Pareto(1.5) stall in 15% of worker-iterations (at least 0.4 b). At n = 32 it matches a
@@ -176,6 +171,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # are isolated (docs/decisions.md).
     "calm-spikes": {**_CALM, "stall_prob": 0.0003, "stall_alpha": 1.5, "stall_scale": 0.5,
                     "stall_max": 10.0},
+    # Calm, with two workers 3x slower from 10% into the run in episodes of ~10 iterations
+    # (1 / off) that come back after ~33 (1 / on): slow 23% of the time (on / (on + off)). Both
+    # halves of a split hold episodes, so a model trained on the first can learn them.
+    "intermittent-straggler": {**_CALM, "stragglers": 2, "straggler_start": 0.1,
+                               "straggler_slowdown": 3.0, "straggler_on": 0.03,
+                               "straggler_off": 0.1},
+    # Calm, until one rack of two nodes (8 workers: a quarter of 32, half of 16) turns 2x slower
+    # for 15% of the run from 60% on (a top-of-rack switch or power event): after a split at
+    # half, unseen in training, and over well before the end.
+    "rack-event": {**_CALM, "nodes_per_rack": 2, "rack_start": 0.6, "rack_length": 0.15,
+                   "rack_slowdown": 2.0},
 }
 
 
@@ -219,7 +225,11 @@ class Truth:
     contention: np.ndarray  # (T, K) bool C_{t,k}
     straggler: np.ndarray  # (n,) bool: i in S
     straggler_onset: int  # t_s
+    straggler_path: np.ndarray  # (T, n) bool G_{t,i}
     load: np.ndarray  # (T,) L_t
+    rack_struck: np.ndarray  # (n,) bool: i in the rack the event strikes
+    rack_onset: int  # t_r
+    rack_end: int  # t_r + l, cut at T
     stall_t: np.ndarray  # (E,) iteration of each stall event
     stall_worker: np.ndarray  # (E,) worker of each stall event
     stall_s: np.ndarray  # (E,) its length D
@@ -234,24 +244,30 @@ class Truth:
 
     def straggling(self, t: int) -> np.ndarray:
         """G_t: which workers are stragglers at iteration t."""
-        return self.straggler & (t >= self.straggler_onset)
+        return self.straggler_path[t]
+
+    def scheduled(self, t: int) -> np.ndarray:
+        """(n,) the factors known from the start of the run: L_t phi^{R_t}."""
+        rack = self.rack_struck & (self.rack_onset <= t < self.rack_end)
+        return self.load[t] * np.where(rack, self.params["rack_slowdown"], 1.0)
 
     def predictive_draws(self, t: int, n_samples: int, rng: np.random.Generator) -> np.ndarray:
         """(n_samples, n) joint draws of x_t from the true dynamics given the true state up to t-1.
 
-        C_t is stepped from the true C_{t-1} (from the stationary law at t = 0); G_t and L_t are
-        the true schedule; jitter, stalls and communication are fresh draws.
+        C_t is stepped from the true C_{t-1} (from the stationary law at t = 0), and so is G_t
+        after the onset where stragglers come and go; the schedule is the true one; jitter,
+        stalls and communication are fresh draws.
         """
         p = self.params
-        K = self.contention.shape[1]
-        u = rng.random((n_samples, K))
-        if t == 0:
-            contended = u < _stationary(p)
-        else:
-            prev = self.contention[t - 1]
-            contended = np.where(prev, u >= p["contention_stop"], u < p["contention_start"])
-        scale = (self.base_s * self.load[t]
-                 * np.where(self.straggling(t), p["straggler_slowdown"], 1.0))
+        u = rng.random((n_samples, self.contention.shape[1]))
+        contended = (u < _stationary(p) if t == 0 else
+                     _step(self.contention[t - 1], u, p["contention_start"], p["contention_stop"]))
+        straggling = self.straggling(t)
+        if p["straggler_off"] > 0 and t > self.straggler_onset:  # else G_t is the schedule's
+            u = rng.random((n_samples, self.n_workers))
+            straggling = self.straggler & _step(self.straggling(t - 1), u, p["straggler_on"],
+                                                p["straggler_off"])
+        scale = self.base_s * self.scheduled(t) * np.where(straggling, p["straggler_slowdown"], 1.0)
         return _draw_runtimes(rng, scale, contended[:, self.node], p)[0]
 
 
@@ -260,12 +276,27 @@ def _stationary(p: dict[str, Any]) -> float:
     return on / (on + off) if on + off > 0 else 0.0
 
 
+def _step(state: np.ndarray, u: np.ndarray, on: float, off: float) -> np.ndarray:
+    """One step of two-state Markov chains: on leaves with prob ``off``, off turns on with ``on``."""
+    return np.where(state, u >= off, u < on)
+
+
+def _chain(first: np.ndarray, u: np.ndarray, on: float, off: float) -> np.ndarray:
+    """The path of two-state Markov chains from state ``first``, a step per row of ``u``."""
+    path = np.empty((len(u) + 1, *first.shape), dtype=bool)
+    path[0] = first
+    for t, row in enumerate(u):
+        path[t + 1] = _step(path[t], row, on, off)
+    return path
+
+
 def _draw_runtimes(rng: np.random.Generator, scale: np.ndarray, contended: np.ndarray,
                    p: dict[str, Any]) -> tuple[np.ndarray, ...]:
     """Draw an (R, n) block of run-times given its slow-moving factors.
 
-    scale: b_i L_t rho^{G_{t,i}}, broadcastable to (R, n); contended: (R, n) bool C_{t,k(i)}.
-    Returns runtime, compute, comm, and the stall events (flat indices into the block, lengths).
+    scale: b_i L_t rho^{G_{t,i}} phi^{R_{t,i}}, broadcastable to (R, n); contended: (R, n) bool
+    C_{t,k(i)}. Returns runtime, compute, comm, and the stall events (flat indices into the
+    block, lengths).
     """
     shape = contended.shape
     compute = rng.standard_normal(shape)
@@ -296,6 +327,20 @@ def _length_factor(rng: np.random.Generator, shape: tuple[int, ...],
     return longest / median
 
 
+def _straggler_path(rng: np.random.Generator, straggler: np.ndarray, onset: int, T: int,
+                    p: dict[str, Any]) -> np.ndarray:
+    """G: (T, n) bool. S is slow from t_s on; where stragglers come and go (straggler_off > 0),
+    each then steps as its own chain. Only then are numbers drawn, so that the other scenarios'
+    draws stay as they are."""
+    path = np.zeros((T, len(straggler)), dtype=bool)
+    path[onset:, straggler] = True
+    if p["straggler_off"] > 0 and onset < T:
+        u = rng.random((T - onset - 1, straggler.sum()))
+        path[onset:, straggler] = _chain(path[onset, straggler], u, p["straggler_on"],
+                                         p["straggler_off"])
+    return path
+
+
 def simulate(cfg: SimulateConfig, seed: int) -> tuple[Trace, Truth]:
     """Draw a (iterations x workers) trace from the generative cluster, and its latent state."""
     p = resolve(cfg)
@@ -308,11 +353,7 @@ def simulate(cfg: SimulateConfig, seed: int) -> tuple[Trace, Truth]:
 
     # Node contention: a two-state Markov chain per node, stepped through time.
     u = rng.random((T, K))
-    contention = np.empty((T, K), dtype=bool)
-    contention[0] = u[0] < _stationary(p)
-    for t in range(1, T):
-        contention[t] = np.where(contention[t - 1], u[t] >= p["contention_stop"],
-                                 u[t] < p["contention_start"])
+    contention = _chain(u[0] < _stationary(p), u[1:], p["contention_start"], p["contention_stop"])
 
     straggler = np.zeros(n, dtype=bool)
     straggler[rng.choice(n, size=p["stragglers"], replace=False)] = True
@@ -321,70 +362,31 @@ def simulate(cfg: SimulateConfig, seed: int) -> tuple[Trace, Truth]:
     base[rng.choice(n, size=h, replace=False)] *= np.exp(
         rng.uniform(np.log(p["slow_factor_min"]), np.log(p["slow_factor_max"]), size=h))
     onset = int(p["straggler_start"] * T)
+    straggling = _straggler_path(rng, straggler, onset, T, p)
     load = np.where(np.arange(T) >= int(p["load_shift_at"] * T), p["load_shift_factor"], 1.0)
+    # The rack event strikes a rack chosen uniformly (none, and nothing drawn, without an event).
+    rack = node // p["nodes_per_rack"]
+    struck = (rack == rng.integers(rack[-1] + 1) if p["rack_slowdown"] != 1
+              else np.zeros(n, dtype=bool))
+    rack_onset = int(p["rack_start"] * T)
+    rack_end = min(T, rack_onset + int(p["rack_length"] * T))
 
     scale = base * load[:, None]
-    scale[onset:, straggler] *= p["straggler_slowdown"]
+    scale[straggling] *= p["straggler_slowdown"]
+    scale[rack_onset:rack_end, struck] *= p["rack_slowdown"]
     runtime, compute, comm, stalled, stall = _draw_runtimes(rng, scale, contention[:, node], p)
 
-    meta = {
-        "source": "simulate",
-        "time_unit": "s",
-        "scenario": p["scenario"],
-        "params": p,
-        "seed": int(seed),
-        "cluster": f"simulated: {n} workers on {K} nodes of up to {m} "
-                   f"(scenario {p['scenario']})",
-        "n_workers": n,
-    }
+    meta = {"source": "simulate", "time_unit": "s", "scenario": p["scenario"], "params": p,
+            "seed": int(seed), "n_workers": n,
+            "cluster": f"simulated: {n} workers on {K} nodes of up to {m} "
+                       f"(scenario {p['scenario']})"}
     # Positive and finite by construction (products of positive factors plus non-negative
     # terms), so the trace is built directly rather than through the long-table validator.
     trace = Trace(runtimes=runtime, censored=np.zeros((T, n), dtype=bool),
                   iterations=np.arange(T, dtype=np.int64), workers=np.arange(n, dtype=np.int64),
                   meta=meta, node=node.astype(np.int64), compute_s=compute, comm_s=comm)
     truth = Truth(params=p, seed=int(seed), node=node, base_s=base, contention=contention,
-                  straggler=straggler, straggler_onset=onset, load=load,
+                  straggler=straggler, straggler_onset=onset, straggler_path=straggling,
+                  load=load, rack_struck=struck, rack_onset=rack_onset, rack_end=rack_end,
                   stall_t=stalled // n, stall_worker=stalled % n, stall_s=stall)
     return trace, truth
-
-
-# ------------------------------------------------------------------------- truth sidecar file
-_ARRAYS = ("node", "base_s", "contention", "straggler", "load", "stall_t", "stall_worker",
-           "stall_s")
-
-
-def truth_path(trace_path: str | Path) -> Path:
-    """The latent-state sidecar of a simulated trace: ``<stem>.truth.npz`` beside it."""
-    path = Path(trace_path)
-    return path.with_name(f"{path.stem}.truth.npz")
-
-
-def write_truth(truth: Truth, path: str | Path) -> Path:
-    arrays = {name: getattr(truth, name) for name in _ARRAYS}
-    header = json.dumps({"params": truth.params, "seed": truth.seed,
-                         "straggler_onset": truth.straggler_onset})
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a name
-            np.savez_compressed(f, header=np.array(header), **arrays)
-
-    return write_with(path, write)
-
-
-def read_truth(path: str | Path) -> Truth:
-    """Load a truth sidecar; a missing or damaged file is a one-line UserError."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(str(path), "-", "simulator truth file not found ('bdsgd traces "
-                        "simulate' writes it beside the trace)")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            header = json.loads(str(data["header"]))
-            arrays = {name: data[name] for name in _ARRAYS}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserError(str(path), "-", f"not a simulator truth file ({reason})") from None
-    # a sidecar written before a mechanism existed had it switched off
-    params = {**_UNIFORM_SPEED, **_FIXED_LENGTHS, **header["params"]}
-    return Truth(params=params, seed=header["seed"],
-                 straggler_onset=header["straggler_onset"], **arrays)
