@@ -77,3 +77,30 @@ def test_kaplan_meier_recovers_a_censored_exponential():
     # Ignoring the censoring (treating cut-off workers as finished) is far off: the test can fail.
     naive = np.mean(np.minimum(x, c) <= 1.0)
     assert abs(naive - (1 - np.exp(-1.0))) > 0.1
+
+
+def test_windowed_kaplan_meier_is_kaplan_meiers_to_the_bit():
+    """kaplan_meier_sorted (one worker per event, sorted; the window's censorings apart) and the
+    sorted window kept by merge_sorted / remove_sorted give kaplan_meier's answer exactly, ties
+    and a censoring at the last event included."""
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n, window = rng.integers(1, 30), rng.integers(1, 8)
+        seen = [np.sort(np.round(rng.lognormal(0, 0.3, n), 1))[: rng.integers(1, n + 1)]
+                for _ in range(window)]
+        tau = np.array([s[-1] + (rng.random() < 0.3) * 0.1 for s in seen])
+        count = np.array([n - len(s) for s in seen], dtype=float)
+        times = np.concatenate(seen + [tau])
+        censored = np.arange(len(times)) >= len(times) - window
+        counts = np.concatenate([np.ones(len(times) - window), count])
+        keep = counts > 0
+        expected = order_stats.kaplan_meier(times[keep], censored[keep], counts[keep])
+        events = np.empty(0)
+        for s in seen:
+            events = order_stats.merge_sorted(events, s)
+        np.testing.assert_array_equal(events, np.sort(np.concatenate(seen)))
+        np.testing.assert_array_equal(order_stats.remove_sorted(events, seen[0]),
+                                      np.sort(np.concatenate(seen[1:] or [np.empty(0)])))
+        got = order_stats.kaplan_meier_sorted(events, tau[count > 0], count[count > 0])
+        for a, b in zip(expected, got, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -118,3 +118,44 @@ def kaplan_meier(times: np.ndarray, censored: np.ndarray,
     probs[-1] += survival[-1]
     keep = probs > 0
     return times[keep], probs[keep]
+
+
+def kaplan_meier_sorted(events: np.ndarray, tau: np.ndarray,
+                        count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``kaplan_meier`` of one worker per event at ``events`` (sorted ascending) and
+    ``count[j]`` workers known only to exceed ``tau[j]``, with the same values and probabilities
+    to the last bit at a fraction of its cost (a decision's window holds W n events and at most W
+    censorings).
+
+    A censoring's factor is 1, so it leaves the running product as it is: only events enter it,
+    each at Y = (events at or after it) + (censored workers with tau >= it, events first at
+    ties). The censorings come back only in the tail: the mass left above the last event goes
+    to the largest censoring time when it is at or above the last event, as in ``kaplan_meier``.
+    """
+    n_events = len(events)
+    order = np.argsort(tau, kind="stable")
+    tau, count = tau[order], count[order]
+    above = np.concatenate([np.cumsum(count[::-1])[::-1], [0.0]])  # censored with tau >= tau_j
+    at_risk = (n_events - np.arange(n_events)) + above[np.searchsorted(tau, events, "left")]
+    survival = np.cumprod((at_risk - 1.0) / at_risk)
+    probs = np.concatenate([[1.0], survival[:-1]]) - survival
+    if len(tau) and tau[-1] >= events[-1]:
+        values = np.concatenate([events, tau[-1:]])
+        probs = np.concatenate([probs, [0.0 + survival[-1]]])
+    else:
+        values = events
+        probs[-1] += survival[-1]
+    keep = probs > 0
+    return values[keep], probs[keep]
+
+
+def merge_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sorted union of sorted ``a`` and sorted ``b``."""
+    return np.insert(a, np.searchsorted(a, b, "right"), b)
+
+
+def remove_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted ``a`` without the values of sorted ``b`` (each present in ``a``, repeats as often):
+    the k-th repeat of a value in ``b`` removes its k-th copy in ``a``."""
+    repeat = np.arange(len(b)) - np.searchsorted(b, b, "left")
+    return np.delete(a, np.searchsorted(a, b, "left") + repeat)

@@ -106,23 +106,28 @@ class Elfving:
 
 
 class Ecdf:
-    """Kaplan-Meier over the window; E[x_(r:n)] of that distribution (``order_stats``)."""
+    """Kaplan-Meier over the window; E[x_(r:n)] of that distribution (``order_stats``).
+
+    The window's accepted run-times are kept sorted from one observation to the next: each
+    moves W n numbers once (the newest record merged in, the oldest taken out) instead of
+    sorting them anew.
+    """
 
     def __init__(self, n_workers: int, window: int):
         self.n = n_workers
         self.window = _Window(n_workers, window)
+        self.events = np.empty(0)  # the window's accepted run-times, sorted
         self.expected: np.ndarray | None = None
         order_stats.grid(n_workers)  # built once per n, here rather than in the first decision
 
     def observe(self, obs: Observation) -> None:
-        self.window.add(obs)
         items = self.window.items
-        seen = [s for s, _, _ in items]
-        times = np.concatenate(seen + [np.array([t for _, t, _ in items])])
-        counts = np.concatenate([np.ones(sum(map(len, seen))), [m for _, _, m in items]])
-        censored = np.arange(len(times)) >= len(times) - len(items)
-        keep = counts > 0
-        values, probs = order_stats.kaplan_meier(times[keep], censored[keep], counts[keep])
+        if len(items) == items.maxlen:  # the oldest record leaves the window
+            self.events = order_stats.remove_sorted(self.events, items[0][0])
+        self.window.add(obs)
+        self.events = order_stats.merge_sorted(self.events, items[-1][0])
+        cut = np.array([(t, m) for _, t, m in items if m > 0], dtype=float).reshape(-1, 2)
+        values, probs = order_stats.kaplan_meier_sorted(self.events, cut[:, 0], cut[:, 1])
         self.expected = order_stats.from_quantiles(values, probs, self.n)
 
     def expected_order_stats(self) -> np.ndarray | None:
@@ -231,7 +236,9 @@ class PerWorkerLevel:
     def expected_order_stats(self) -> np.ndarray | None:
         draws = self.log_draws()
         if self.expected is None and draws is not None:
-            self.expected = np.sort(np.exp(draws), axis=1).mean(axis=0)
+            draws = np.exp(draws, out=draws)  # a fresh array: exp and sort in place
+            draws.sort(axis=1)
+            self.expected = draws.mean(axis=0)
         return self.expected
 
 
