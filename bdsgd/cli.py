@@ -114,7 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "(policies.PAPER_MODEL over the config's model:)")
     p.add_argument("--censoring", choices=CENSORING,
                    help="override model.censoring: how censored run-times are scored")
+    p.add_argument("--prior", metavar="PRIOR.pt", help="start from this prior over clusters "
+                   "('bdsgd model prior'): every parameter but the workers' identities, then "
+                   "model.steps on the trace (default: from the initial values)")
     p.set_defaults(func=commands.cmd_model_train)
+
+    p = msub.add_parser("prior", help="fit the prior over clusters: the run-time model on draws "
+                        "of every simulator scenario, for 'model train --prior'")
+    p.add_argument("--out", required=True, help="prior checkpoint to write (PRIOR.pt)")
+    p.add_argument("--config", help="experiment config; its model: section sets the architecture "
+                   "and the prior_* draws and steps")
+    p.add_argument("--seed", type=flags.seed, help="seed (default: the config's seed, else 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=commands.cmd_model_prior)
 
     p = msub.add_parser("evaluate", help="held-out likelihood, interval coverage and policy throughput")
     p.add_argument("model", metavar="MODEL", help="model checkpoint")

@@ -125,7 +125,8 @@ def cmd_model_train(args):
     from bdsgd.stages import load_stage_config
     from bdsgd.traces.io import read_trace
 
-    check_output("--out", args.out, f"{args.out}.ckpt", inputs=(args.trace, args.config))
+    check_output("--out", args.out, f"{args.out}.ckpt",
+                 inputs=(args.trace, args.config, args.prior))
     trace = read_trace(args.trace)
     cfg = load_stage_config(args.config, "train_model") if args.config else default_config()
     mcfg = cfg.model if args.epochs is None else replace(cfg.model, epochs=args.epochs)
@@ -135,7 +136,18 @@ def cmd_model_train(args):
         mcfg = replace(mcfg, censoring=args.censoring)
     seed = cfg.seed if args.seed is None else args.seed
     train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
-                trace_name=args.trace_name or Path(args.trace).stem)
+                trace_name=args.trace_name or Path(args.trace).stem, prior=args.prior)
+
+
+def cmd_model_prior(args):
+    from bdsgd.config import default_config
+    from bdsgd.runtime_model.train import train_prior
+    from bdsgd.stages import load_stage_config
+
+    check_output("--out", args.out, f"{args.out}.ckpt", inputs=(args.config,))
+    cfg = load_stage_config(args.config, "train_prior") if args.config else default_config()
+    train_prior(cfg.model, seed=cfg.seed if args.seed is None else args.seed, out=args.out,
+                progress=not args.quiet, config=cfg)
 
 
 def cmd_model_evaluate(args):

@@ -95,6 +95,12 @@ class ModelConfig:
     node_jumps: bool
     checkpoint_every: int
     compile: bool
+    prior: bool
+    prior_workers: int
+    prior_iterations: int
+    prior_draws: int
+    prior_steps: int
+    prior_batch_size: int
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,9 @@ class PoliciesConfig:
     averaging: tuple[str, ...]
     forgetting: float
     score_scale: float
+    online_every: int
+    online_window: int
+    online_learning_rate: float
     bayes_samples: int
     compile: bool
     decide_every: int

@@ -80,6 +80,10 @@ class Layout:
         """The run-time model of a trace, or its "evaluation.json" or "predictions.parquet"."""
         return f"{self.results}/models/{trace}/{file}"
 
+    def prior(self) -> str:
+        """The prior over clusters every trace's run-time model starts from (model.prior)."""
+        return f"{self.results}/models/prior.pt"
+
     def throughput(self, trace: str = TRACE, file: str = "throughput.json") -> str:
         """A trace's replay under every policy, or its "decisions.parquet"."""
         return f"{self.results}/throughput/{trace}/{file}"

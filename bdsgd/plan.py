@@ -4,8 +4,9 @@ cluster for, and how long the convergence runs will take.
 The jobs are the workflow's rules, counted from the config as the DAG makes them (a test holds
 the counts to a Snakemake dry run's): per trace, the rule that makes it (simulate, import or
 gather), its split, its description and figures, the run-time model's training and evaluation
-and the throughput replay; for a simulated trace of train.trace, the cluster drawn for each run
-seed but 0 (simulated, split, modelled); a convergence run per trace x task x policy x seed;
+and the throughput replay; the prior over clusters the models start from (model.prior); for a
+simulated trace of train.trace, the cluster drawn for each run seed but 0 (simulated, split,
+modelled); a convergence run per trace x task x policy x seed;
 each distributed job; the figures. Each carries its rule's requests (``resources:`` and
 ``train.device``).
 
@@ -91,6 +92,9 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list
                   for rule in ("train_model", "evaluate_model")),
                 Job("throughput", name, 1, 0, res.throughput_mem_mb, res.throughput_runtime_min,
                     None)]
+    if cfg.model.prior:  # the prior over clusters every model starts from
+        out.append(Job("train_prior", cfg.experiment, 1, 0, res.model_mem_mb,
+                       res.model_runtime_min, None))
     out += _draws(cfg) + _ablations(cfg)
     gpus = 0 if device == "cpu" else res.train_gpus
     for trace in cfg.train_traces():

@@ -21,6 +21,8 @@ _RUN = tuple(f"train.{f.name}" for f in dataclasses.fields(TrainConfig)
 STAGE_READS = {
     "simulate_trace": ("experiment", "traces", "seed"),  # bdsgd traces simulate
     "gather_trace": ("experiment", "traces", "seed", "train.data_dir"),  # bdsgd traces gather
+    # bdsgd model prior; reads no trace, but a config holds one (the first by name)
+    "train_prior": ("experiment", "traces", "seed", "model", "wandb"),
     "train_model": ("experiment", "traces", "seed", "model", "wandb"),  # bdsgd model train
     "evaluate_model": ("experiment", "traces", "policies", "throughput.comm_s",
                        "network"),  # model evaluate

@@ -37,7 +37,7 @@ import yaml
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.config import from_dict
-from bdsgd.runtime_model.train import train_model
+from bdsgd.runtime_model.train import train_model, train_prior
 from bdsgd.throughput import run_benchmark
 from bdsgd.traces.formats import import_trace
 from bdsgd.traces.io import write_split
@@ -97,20 +97,25 @@ def measure(args, name: str, seed: int) -> tuple[dict, pd.DataFrame, str]:
     train, test = write_split(trace, 0.5, f"{stem}_train.parquet", f"{stem}_test.parquet", truth)
     policies = args.policies + (["bayes"] if truth is not None else [])
     start = time.perf_counter()
-    # the same training compute (epochs x iterations) and Adam steps for every trace: a short
-    # training part (the Alibaba jobs: 150 and 119 iterations) gets more epochs
-    epochs = max(args.epochs, round(args.epochs * REFERENCE_ITERATIONS / train.n_iterations))
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, epochs=epochs))
+    epochs = None
+    if args.epochs is not None:
+        # the same training compute (epochs x iterations) and Adam steps for every trace: a
+        # short training part (the Alibaba jobs: 150 and 119 iterations) gets more epochs
+        epochs = max(args.epochs, round(args.epochs * REFERENCE_ITERATIONS / train.n_iterations))
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, epochs=epochs))
     model = Path(f"{stem}_model.pt")
     with contextlib.redirect_stdout(io.StringIO()):
         if not (args.resume and model.exists()):
-            train_model(train, cfg.model, seed=seed, out=model, progress=False, config=cfg)
+            train_model(train, cfg.model, seed=seed, out=model, progress=False, config=cfg,
+                        prior=args.prior)
         # the decisions, written last (and atomically), mark a finished run for --resume
         rows = run_benchmark(f"{stem}_test.parquet", policies, model_path=model, rule="both",
                              cfg=cfg, decisions_out=decisions, json_out=table,
                              history_path=None if args.cold else f"{stem}_train.parquet")
+    length = f"{epochs} epochs" if epochs else f"{cfg.model.steps} steps"
     log = (f"{name} seed {seed}: n={trace.n_workers}, {test.n_iterations} test iterations, "
-           f"{epochs} epochs, {time.perf_counter() - start:.0f} s")
+           f"{length}{' from the prior' if args.prior else ''}, "
+           f"{time.perf_counter() - start:.0f} s")
     return rows["policies"], pd.read_parquet(decisions), log
 
 
@@ -170,9 +175,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=32, help="workers of the simulated traces")
     parser.add_argument("--iterations", type=int, default=2000,
                         help="iterations of the simulated traces (half trains the model)")
-    parser.add_argument("--epochs", type=int, default=100,
+    parser.add_argument("--epochs", type=int, default=None,
                         help="run-time model training epochs for a 500-iteration training part "
-                             "(a shorter one gets proportionally more)")
+                             "(a shorter one gets proportionally more); default: the model "
+                             "config's model.steps Adam steps")
+    parser.add_argument("--prior", metavar="PRIOR.pt",
+                        help="start every model from this prior over clusters, trained first "
+                             "(with --model's settings and the first seed) if it does not exist")
     parser.add_argument("--model", nargs="*", default=[], metavar="KEY=VALUE",
                         help="run-time model settings over the config's defaults, e.g. batch_size=2")
     parser.add_argument("--policy", nargs="*", default=[], metavar="KEY=VALUE",
@@ -201,6 +210,12 @@ def main() -> None:
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: at least 1")
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.prior and not Path(args.prior).exists():
+        start = time.perf_counter()
+        train_prior(config(args, "calm", args.seeds[0]).model, args.seeds[0], args.prior,
+                    progress=False)
+        print(f"prior over clusters -> {args.prior}, {time.perf_counter() - start:.0f} s",
+              flush=True)
     tasks = [(name, seed) for name in args.traces for seed in args.seeds]
     print(f"{len(tasks)} runs, {args.jobs} at a time", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:

@@ -30,7 +30,8 @@ def tiny_config(**overrides) -> dict:
         "seed": 0,
         "traces": {"sim": {"source": "simulate",
                            "simulate": {"workers": 6, "iterations": 120, "workers_per_node": 3}}},
-        "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16},
+        "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16,
+                  "prior_workers": 4, "prior_iterations": 24, "prior_draws": 1, "prior_steps": 2},
         "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",
                                     "oracle", "oracle-myopic"],
                        # the sweeps' machinery, not their curves
@@ -268,9 +269,10 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
         for file in sorted({*always, *model_files(policies)}):
             if (workdir / paths.model(cluster, file)).exists():
                 continue
+            prior = [] if file == "paper.pt" else ["--prior", paths.prior()]
             bdsgd("model", "train", paths.trace(cluster, "train"), "--config", config, "--out",
                   paths.model(cluster, file), "--quiet", "--trace-name", cluster,
-                  *(["--paper"] if file == "paper.pt" else []))
+                  *(["--paper"] if file == "paper.pt" else []), *prior)
 
     def bdsgd(*args, stdout: str | None = None) -> None:
         args = [str(a) for a in args]
@@ -286,6 +288,7 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
             out.write_text(proc.stdout)
 
     workdir.mkdir(parents=True, exist_ok=True)
+    bdsgd("model", "prior", "--config", config, "--out", paths.prior(), "--quiet")
     throughput = cfg["throughput"]["policies"]
     for name, trace in cfg["traces"].items():
         if trace["source"] == "simulate":

@@ -437,7 +437,7 @@ def _fingerprint(trace: Path) -> dict:
     from bdsgd.config import default_config
     from bdsgd.runtime_model.train import _fingerprint
 
-    return _fingerprint(read_trace(trace), replace(default_config().model, epochs=2), 0)
+    return _fingerprint([read_trace(trace)], replace(default_config().model, epochs=2), 0, None)
 
 
 MODEL_TRAIN_CHECKPOINT = {

@@ -27,6 +27,7 @@ ENTRY_POINTS = [
     "traces import", "traces simulate", "traces gather", "traces describe", "traces split",
     "traces plot", "traces censor",  # its runs: tests/test_replay_ablations.py
     "model train", "model evaluate", "model sample", "throughput", "train", "figures",
+    "model prior",  # its runs: tests/test_prior.py
     "distributed",  # its runs: tests/test_distributed.py
     "plan",  # its runs: tests/test_plan.py
 ]

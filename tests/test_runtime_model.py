@@ -605,8 +605,11 @@ def test_without_epochs_a_short_trace_gets_its_steps_in_more_passes(monkeypatch,
     """epochs null: the passes that make model.steps Adam steps. A 170-iteration trace in
     windows of 64 (stride 32: 4 windows, 2 batches of 2) needs 300 passes for 600 steps."""
     cfg = dataclasses.replace(BASE, epochs=None, steps=600, chunk=64, batch_size=2)
-    assert train_module.planned_epochs(cfg, 170) == 300
-    assert train_module.planned_epochs(dataclasses.replace(cfg, epochs=7), 170) == 7
+    assert train_module.planned_epochs(cfg, [170]) == 300
+    assert train_module.planned_epochs(dataclasses.replace(cfg, epochs=7), [170]) == 7
+    # several sequences (the prior's draws) share the steps' windows: 2 x 4 windows, 4 batches
+    assert train_module.planned_epochs(cfg, [170, 170]) == 150
+    assert train_module.planned_epochs(cfg, [170], steps=60) == 30
     steps = []
     real = torch.optim.Adam.step
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: (steps.append(1),

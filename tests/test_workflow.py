@@ -77,7 +77,7 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
     stages = a / "results/tiny/config"
     raw = {str(p.relative_to(stages).with_suffix("")): yaml.safe_load(p.read_text())
            for p in stages.rglob("*.yaml")}
-    assert set(raw) == {"simulate_trace/sim", "train/digits@sim", *(
+    assert set(raw) == {"simulate_trace/sim", "train/digits@sim", "train_prior/prior", *(
         f"{stage}/{trace}" for stage in ("train_model", "evaluate_model", "throughput")
         for trace in ("sim", "pai"))}
     for name, data in raw.items():
@@ -88,7 +88,8 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
             declared = {k.partition(".")[2] for k in keys if k.startswith(f"{section}.")}
             assert not declared or set(value) == declared, (name, section)
         task, _, trace = instance.partition("@")  # a run's: <task>@<trace>
-        trace = trace or instance
+        # the prior's reads no trace, and holds the config's first by name
+        trace = trace or (min(cfg["traces"]) if stage == "train_prior" else instance)
         assert set(data["traces"]) == {trace}, name
         sliced = load_stage_config(stages / f"{name}.yaml", stage)
         for key in keys:
@@ -154,7 +155,7 @@ def pending(workdir: Path, config: Path) -> dict[str, set[str]]:
 
 
 UPSTREAM = {"simulate_trace", "import_trace", "gather_trace", "split_trace",
-            "split_simulated_trace", "describe_trace", "trace_figures", "train_model",
+            "split_simulated_trace", "describe_trace", "trace_figures", "train_prior", "train_model",
             "evaluate_model", "throughput"}
 
 
@@ -183,8 +184,9 @@ def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
         return
     if change == "wandb.mode":
         assert jobs["stage_config"] == {f"results/tiny/config/{stage}.yaml" for stage in (
-            "train/digits@sim", "train_model/sim", "train_model/pai")}
-        assert {"train_model", "evaluate_model", "throughput", "train", "figures"} <= set(jobs)
+            "train/digits@sim", "train_model/sim", "train_model/pai", "train_prior/prior")}
+        assert {"train_prior", "train_model", "evaluate_model", "throughput", "train",
+                "figures"} <= set(jobs)
         assert not {"simulate_trace", "import_trace", "split_trace", "describe_trace"} & set(jobs)
         return
     outputs = ("result.json", "metrics.parquet", "model.pt")

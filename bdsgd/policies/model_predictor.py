@@ -8,6 +8,8 @@ draws into E[x_(c)], which ``PredictivePolicy`` turns into a cutoff by the decis
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -15,6 +17,7 @@ from bdsgd.cutoff import Observation
 from bdsgd.policies.base import draw_count
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
+from bdsgd.runtime_model.online import OnlineFit
 
 
 class ModelPredictor:
@@ -25,12 +28,19 @@ class ModelPredictor:
     at least ``samples`` (default: the model config's) and at least DRAW_BUDGET / n (``draw_count``).
     ``compile``: the filtering step through torch.compile (fused kernels: a few times faster at
     n = 158, where eager time is per-operation overhead; the first step compiles, ~30 s). The
-    draws stay eager: a seeded torch.Generator breaks the graph.
+    draws stay eager: a seeded torch.Generator breaks the graph. ``online`` (every, window,
+    learning rate): the model goes on learning from what it observes (``OnlineFit``; every 0:
+    it does not).
     """
 
     def __init__(self, model: RuntimeModel, samples: int | None = None, seed: int = 0,
-                 compile: bool = False):
-        self.model = model.eval()
+                 compile: bool = False, online: tuple[int, int, float] = (0, 2, 0.0)):
+        every, window, learning_rate = online
+        # a model that learns while serving is this predictor's own: others read the same file
+        self.model = (copy.deepcopy(model) if every else model).eval()
+        self.online = (OnlineFit(self.model, every, window, learning_rate, seed) if every
+                       else None)
+        model = self.model
         self.step = torch.compile(model.step, dynamic=False) if compile else model.step
         self.samples = draw_count(samples or model.config.samples, model.n_workers)
         self.generator = torch.Generator().manual_seed(seed)
@@ -48,7 +58,10 @@ class ModelPredictor:
         x = torch.where(censored, obs.cutoff_time, seen) / self.model.scale_s
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
-        self.state = self.step(self.state, x[None], censored[None], self.params)
+        before, self.state = self.state, self.step(self.state, x[None], censored[None],
+                                                   self.params)
+        if self.online is not None:
+            self.params = self.online.record(x[None], censored[None], before) or self.params
         self.cached = self.expected = None
 
     @torch.inference_mode()

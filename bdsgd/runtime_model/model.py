@@ -89,17 +89,19 @@ class RuntimeModel(nn.Module):
         return log_norm
 
     def elbo(self, x: torch.Tensor, censored: torch.Tensor, generator=None,
-             seen: tuple[torch.Tensor, torch.Tensor] | None = None, term=None) -> torch.Tensor:
+             seen: tuple[torch.Tensor, torch.Tensor] | None = None, term=None,
+             start: FilterState | None = None) -> torch.Tensor:
         """The objective per sequence of x (B, T, n), normalised (see the package docstring).
 
         ``seen`` = (x', censored') is what the filter runs on (default: x itself) while the
         likelihood scores x: a more censored view teaches the filter the observations it gets in
         deployment, and the score asks it to forecast the truth from them. ``term``: what
         computes ``elbo_term`` (its torch.compile'd version when training compiles it).
+        ``start``: q(z) before x's first iteration (default: z_0, ``initial_state``).
         """
         seen_x, seen_censored = seen if seen is not None else (x, censored)
         term = term or self.elbo_term
-        s = self.initial_state(x.shape[0])
+        s = start if start is not None else self.initial_state(x.shape[0])
         total = torch.zeros(x.shape[0])
         params = self.step_parameters()
         for t in range(x.shape[1]):

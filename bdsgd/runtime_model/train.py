@@ -31,6 +31,7 @@ from bdsgd.provenance import stamp
 from bdsgd.runtime_model.checkpoint import checkpoint, read_state
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
+from bdsgd.runtime_model.prior import generic_workers, prior_traces, start_from_prior
 from bdsgd.traces.io import require_cutoff
 from bdsgd.traces.schema import Trace
 
@@ -82,15 +83,22 @@ def elbo_term(model: RuntimeModel, cfg: ModelConfig):
     return torch.compile(model.elbo_term, dynamic=False) if cfg.compile else None
 
 
-def run_epoch(model, optimizer, x, censored, cfg: ModelConfig, generator, term=None) -> float:
-    """One pass; returns the mean negative ELBO per observation. ``term``: ``elbo_term``'s."""
-    length = min(cfg.chunk, x.shape[0])
+def run_epoch(model, optimizer, data: list[tuple[torch.Tensor, torch.Tensor]],
+              cfg: ModelConfig, generator, term=None) -> float:
+    """One pass over every sequence of ``data`` ((x, censored) pairs of one n); returns the mean
+    negative ELBO per observation. ``term``: ``elbo_term``'s."""
+    length = min(cfg.chunk, *(x.shape[0] for x, _ in data))
     offsets = torch.arange(length)
-    starts = windows(x.shape[0], length, generator)
+    # (sequence, start) of every window, in random order across the sequences
+    starts = torch.cat([torch.stack([torch.full((len(w),), i), w], 1) for i, w in
+                        enumerate(windows(x.shape[0], length, generator) for x, _ in data)])
+    if len(data) > 1:  # one sequence's windows come shuffled already
+        starts = starts[torch.randperm(len(starts), generator=generator)]
     losses = []
     for batch in starts.split(cfg.batch_size):
-        rows = batch[:, None] + offsets  # (B, L)
-        xb, cb = x[rows], censored[rows]
+        rows = batch[:, 1:] + offsets  # (B, L)
+        xb = torch.stack([data[i][0][r] for i, r in zip(batch[:, 0].tolist(), rows, strict=True)])
+        cb = torch.stack([data[i][1][r] for i, r in zip(batch[:, 0].tolist(), rows, strict=True)])
         seen = deployment_view(xb, cb, generator)
         if cfg.censoring == "impute":
             xb, cb = impute(xb, cb, generator), torch.zeros_like(cb)
@@ -105,24 +113,25 @@ def run_epoch(model, optimizer, x, censored, cfg: ModelConfig, generator, term=N
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
         losses.append(float(loss.detach()) * xb.numel())
-    return sum(losses) / (len(starts) * length * x.shape[1])
+    return sum(losses) / (len(starts) * length * data[0][0].shape[1])
 
 
-def _fingerprint(trace: Trace, cfg: ModelConfig, seed: int) -> dict:
+def _fingerprint(traces: list[Trace], cfg: ModelConfig, seed: int, prior: dict | None) -> dict:
     """What a checkpoint must match to be resumed."""
-    return {"config": dataclasses.asdict(cfg), "seed": seed, "shape": list(trace.runtimes.shape),
-            "sum": float(trace.runtimes.sum())}
+    return {"config": dataclasses.asdict(cfg), "seed": seed, "prior": prior,
+            "shapes": [list(t.runtimes.shape) for t in traces],
+            "sums": [float(t.runtimes.sum()) for t in traces]}
 
 
-def planned_epochs(cfg: ModelConfig, n_iterations: int) -> int:
-    """model.epochs, or when it is null the passes that make model.steps Adam steps: each pass
-    takes the trace's half-overlapping windows of ``chunk`` iterations (``windows``; a random
-    phase can drop one) in batches of ``batch_size``."""
+def planned_epochs(cfg: ModelConfig, lengths: list[int], steps: int | None = None) -> int:
+    """model.epochs, or when it is null the passes that make ``steps`` (model.steps) Adam steps:
+    each pass takes the sequences' half-overlapping windows of ``chunk`` iterations
+    (``windows``; a random phase can drop one) in batches of ``batch_size``."""
     if cfg.epochs is not None:
         return cfg.epochs
-    length = min(cfg.chunk, n_iterations)
-    per_pass = -(-((n_iterations - length) // max(1, length // 2) + 1) // cfg.batch_size)
-    return -(-cfg.steps // per_pass)
+    length = min(cfg.chunk, *lengths)
+    per_pass = -(-sum((T - length) // max(1, length // 2) + 1 for T in lengths) // cfg.batch_size)
+    return -(-(steps or cfg.steps) // per_pass)
 
 
 def _resume(ckpt_path: Path, fingerprint: dict, model, optimizer, generator) -> tuple[int, list]:
@@ -150,37 +159,66 @@ def _resume(ckpt_path: Path, fingerprint: dict, model, optimizer, generator) -> 
 
 
 def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool = True,
-                config: Config | None = None, trace_name: str = "trace") -> Path:
+                config: Config | None = None, trace_name: str = "trace",
+                prior: str | Path | None = None) -> Path:
     """Train on ``trace``; write the model to ``out`` (atomically) and return its path.
-    ``config``: the experiment's, stamped into the model and, with its wandb: section, where the
-    W&B run goes (``trace_name`` names the trace there). SIGTERM and SIGINT, heard from the
-    start, stop it after the epoch under way with a checkpoint (``Stopped``)."""
+    ``prior``: a prior over clusters (``train_prior``'s model) to start from, every parameter
+    but the workers' identities; None: from the initial values. ``config``: the experiment's,
+    stamped into the model and, with its wandb: section, where the W&B run goes (``trace_name``
+    names the trace there). SIGTERM and SIGINT, heard from the start, stop it after the epoch
+    under way with a checkpoint (``Stopped``)."""
     with stop_requests() as stop:
-        return _fit(trace, cfg, seed, Path(out), progress, config, trace_name, stop)
+        x, censored, m = normalised(trace, cfg.censoring)
+        torch.manual_seed(seed)  # the initial values
+        model = RuntimeModel(cfg, trace.n_workers, m, trace.meta.get("time_unit", "s"),
+                             trace.node)
+        origin = None if prior is None else start_from_prior(model, prior)
+        logger.info(f"training run-time model: n={trace.n_workers} workers, "
+                    f"T={trace.n_iterations} iterations, {int(trace.censored.sum())} censored, "
+                    f"median {m:.4g} {model.time_unit}, emission {cfg.emission}, censoring "
+                    f"{cfg.censoring}, seed {seed}, {f'prior {prior}' if prior else 'no prior'}")
+        return _fit(model, [(x, censored)], [trace], cfg.steps, seed, Path(out), progress,
+                    config, trace_name, stop, origin)
 
 
-def _fit(trace: Trace, cfg: ModelConfig, seed: int, out: Path, progress: bool,
-         config: Config | None, trace_name: str, stop: list[int]) -> Path:
+def train_prior(cfg: ModelConfig, seed: int, out, progress: bool = True,
+                config: Config | None = None) -> Path:
+    """Fit the prior over clusters (``prior``'s module docstring) and write it to ``out``."""
+    with stop_requests() as stop:
+        # the prior's length is prior_steps, its batches prior_batch_size
+        cfg = dataclasses.replace(cfg, epochs=None, batch_size=cfg.prior_batch_size)
+        traces = prior_traces(cfg, seed)
+        torch.manual_seed(seed)  # the initial values
+        model = RuntimeModel(cfg, cfg.prior_workers, 1.0, "normalised", traces[0].node)
+        generic_workers(model)
+        data = [normalised(t, cfg.censoring)[:2] for t in traces]
+        logger.info(f"training the prior over clusters: {len(traces)} draws "
+                    f"({', '.join(sorted({t.meta['scenario'] for t in traces}))}) of "
+                    f"{cfg.prior_workers} workers x {cfg.prior_iterations} iterations, "
+                    f"seed {seed}")
+        return _fit(model, data, traces, cfg.prior_steps, seed, Path(out), progress, config,
+                    "prior", stop, None)
+
+
+def _fit(model: RuntimeModel, data: list, traces: list[Trace], steps: int, seed: int, out: Path,
+         progress: bool, config: Config | None, trace_name: str, stop: list[int],
+         prior: dict | None) -> Path:
+    cfg = model.config
     ckpt_path = Path(f"{out}.ckpt")
-    epochs = planned_epochs(cfg, trace.n_iterations)
+    epochs = planned_epochs(cfg, [x.shape[0] for x, _ in data], steps)
     if epochs < 1:  # nothing trained: no model to write
         raise UserError(getattr(config, "source", "<model config>"), "model.epochs/model.steps",
                         f"{cfg.epochs} epochs, {cfg.steps} steps: training needs at least 1")
-    torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    x, censored, m = normalised(trace, cfg.censoring)
-    model = RuntimeModel(cfg, trace.n_workers, m, trace.meta.get("time_unit", "s"), trace.node)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-    fingerprint = _fingerprint(trace, cfg, seed)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
+                                 lr=cfg.learning_rate)
+    fingerprint = _fingerprint(traces, cfg, seed, prior)
     start, losses = 0, []
     if ckpt_path.exists():
         start, losses = _resume(ckpt_path, fingerprint, model, optimizer, generator)
 
-    n_params = sum(p.numel() for p in model.parameters())
-    logger.info(f"training run-time model: n={trace.n_workers} workers, T={trace.n_iterations} "
-          f"iterations, {int(trace.censored.sum())} censored, median {m:.4g} "
-          f"{model.time_unit}, {n_params} parameters, emission {cfg.emission}, "
-          f"censoring {cfg.censoring}, seed {seed}")
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    logger.info(f"{n_params} parameters, {epochs} epochs")
     term = elbo_term(model, cfg)
     wandb = None if config is None else tracking.start(
         dataclasses.replace(config, model=cfg), "model", f"model-{trace_name}-s{seed}", out.parent,
@@ -188,7 +226,7 @@ def _fit(trace: Trace, cfg: ModelConfig, seed: int, out: Path, progress: bool,
     bar = tqdm(range(start, epochs), disable=not progress, desc="ELBO", unit="epoch",
                initial=start, total=epochs)
     for epoch in bar:
-        losses.append(run_epoch(model, optimizer, x, censored, cfg, generator, term))
+        losses.append(run_epoch(model, optimizer, data, cfg, generator, term))
         bar.set_postfix(elbo=f"{-losses[-1]:.4f}")
         tracking.log(wandb, {"epoch": epoch + 1, "elbo": -losses[-1]}, epoch + 1)
         if ((epoch + 1) % cfg.checkpoint_every == 0 or stop) and epoch + 1 < epochs:
@@ -201,8 +239,9 @@ def _fit(trace: Trace, cfg: ModelConfig, seed: int, out: Path, progress: bool,
             tracking.finish(wandb, None, 128 + stop[0])
             raise Stopped(stop[0], ckpt_path, epoch + 1, unit="epoch")
 
-    payload = checkpoint(model, losses=losses, provenance=stamp(config, seed, trace_meta={
-        k: v for k, v in trace.meta.items() if isinstance(v, (str, int, float))}))
+    meta = {k: v for k, v in traces[0].meta.items() if isinstance(v, (str, int, float))}
+    payload = checkpoint(model, losses=losses, prior=prior,
+                         provenance=stamp(config, seed, trace_meta=meta))
     write_with(out, lambda tmp: torch.save(payload, tmp))
     ckpt_path.unlink(missing_ok=True)
     tracking.finish(wandb, {"final_elbo": -losses[-1], "epochs": epochs,

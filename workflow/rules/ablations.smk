@@ -23,12 +23,14 @@ use rule train_model as train_censored_model with:
     input:
         config=PATHS.stage_config("train_model", "{trace}"),
         trace=PATHS.trace(part="train-censored"),
+        prior=prior_input(),
     output:
         PATHS.model(file="censored-{censoring}.pt"),
     log:
         PATHS.model_log("train_censored_{censoring}"),
     params:
         paper=lambda wc: f"--censoring {wc.censoring}",
+        prior=lambda wc, input: prior_flag(input),
 
 
 rule censoring_replay:

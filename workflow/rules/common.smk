@@ -93,6 +93,16 @@ def model_flags(input):
                      *(f"--paper-model {m}" for m in input.paper_model)])
 
 
+def prior_input():
+    """The prior over clusters a trace's model starts from, where model.prior is on."""
+    return [PATHS.prior()] if CFG.model.prior else []
+
+
+def prior_flag(input):
+    """bdsgd model train's --prior, of a rule whose input prior is prior_input's."""
+    return " ".join(f"--prior {p}" for p in input.prior)
+
+
 def truth_input(trace, policies):
     """The simulator's truth beside the test part, for the policies that read it (bayes)."""
     if simulated(trace) and policy_needs(policies, "needs_truth"):
@@ -140,7 +150,9 @@ def config_slice(stage, name):
     """
     if stage not in STAGES:
         raise ValueError(f"no config file for stage {stage!r}; stages: {STAGES}")
-    if stage == "train":
+    if stage == "train_prior":  # reads no trace (the simulator's scenarios are its data): its
+        task, trace = None, min(config["traces"])  # file holds one, as every config does
+    elif stage == "train":
         task, trace = name.split("@")
     elif stage == "distributed":
         task, trace = DIST[name]["task"], TRAIN_TRACES[0]
