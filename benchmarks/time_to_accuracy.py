@@ -1,9 +1,10 @@
 """Time to accuracy of every cutoff policy and training mode, on several clusters, by the DAG.
 
-For each trace (a calm simulated cluster, one where a straggler emerges, a real Alibaba PAI job)
-this writes a config and runs the project's own Snakemake DAG for its convergence runs: digits,
-every policy of the registry and both modes (async, cyclic), ``--seeds`` seeds, on the trace's
-test part with the training part as history (and as the run-time model's training data).
+For each trace (a calm simulated cluster, one where a straggler emerges, one whose stragglers come
+and go, a real Alibaba PAI job) this writes a config and runs the project's own Snakemake DAG for
+its convergence runs: digits, every policy of the registry and both modes (async, cyclic),
+``--seeds`` seeds, on the trace's test part with the training part as history (and as the
+run-time model's training data).
 bdsgd is also run with ``train.objective: progress`` (the cutoff that maximises the expected loss
 decrease per second from the measured gradient noise scale) as ``bdsgd-progress``.
 
@@ -46,6 +47,8 @@ def traces(workers: int) -> dict:
         "calm": {**sim, "simulate": {"scenario": "calm", "workers": workers, "iterations": 400}},
         "straggler": {**sim, "simulate": {"scenario": "emerging-straggler", "workers": workers,
                                           "iterations": 400}},
+        "intermittent": {**sim, "simulate": {"scenario": "intermittent-straggler",
+                                             "workers": workers, "iterations": 400}},
         "pai-job1": {"source": "import", "path": str(REPO / "tests/data/alibaba_pai_job_1_norm.csv"),
                      "format": "alibaba-pai"},
     }
@@ -56,7 +59,7 @@ def config(name: str, spec: dict, args) -> dict:
     suffix = f"-comm{args.comm_s:g}" if args.comm_s else ""
     return {
         "experiment": f"tta-{name}{suffix}", "seed": 0, "traces": {name: spec},
-        "model": {"epochs": 30, "samples": 32},
+        "model": {"epochs": 30, "samples": 32, "prior_steps": args.prior_steps},
         "throughput": {"policies": ["sync"], "comm_s": args.comm_s},
         "train": {"trace": name, "tasks": ["digits"], "policies": policies,
                   "seeds": list(range(args.seeds)), "batch_size": 16, "learning_rate": 0.1,
@@ -71,7 +74,8 @@ def run_dag(cfg: dict, out: Path, cores: int) -> Path:
     path = out / f"{cfg['experiment']}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     results = f"results/{cfg['experiment']}"
-    targets = [f"{results}/runs/digits/{p}/seed{s}/result.json"
+    trace = cfg["train"]["trace"]
+    targets = [f"{results}/runs/{trace}/digits/{p}/seed{s}/result.json"
                for p in cfg["train"]["policies"] for s in cfg["train"]["seeds"]]
     with open(out / f"{cfg['experiment']}.log", "w") as log:
         subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
@@ -88,7 +92,7 @@ def run_progress(cfg: dict, results: Path, out: Path) -> None:
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     trace = results / "traces" / cfg["train"]["trace"]
     for seed in cfg["train"]["seeds"]:
-        run = results / "runs/digits/bdsgd-progress" / f"seed{seed}"
+        run = results / "runs" / cfg["train"]["trace"] / "digits/bdsgd-progress" / f"seed{seed}"
         if (run / "result.json").exists():
             continue
         subprocess.run([sys.executable, "-m", "bdsgd", "train", "--config", str(path),
@@ -99,15 +103,16 @@ def run_progress(cfg: dict, results: Path, out: Path) -> None:
                         "--out", str(run)], check=True, stdout=subprocess.DEVNULL, env=ENV)
 
 
-def table(results: Path, trace: str) -> pd.DataFrame:
+def table(results: Path, trace: str, label: str) -> pd.DataFrame:
+    """A row per policy of ``trace``'s runs, named ``label`` in the table."""
     rows = []
-    for policy_dir in sorted((results / "runs/digits").iterdir()):
+    for policy_dir in sorted((results / "runs" / trace / "digits").iterdir()):
         runs = [json.loads(p.read_text())["summary"]
                 for p in sorted(policy_dir.glob("seed*/result.json"))]
         tta = np.array([np.inf if r["time_to_target_s"] is None else r["time_to_target_s"]
                         for r in runs])
         median, low, high, coverage = median_interval(tta)
-        rows.append({"trace": trace, "policy": policy_dir.name, "seeds": len(runs),
+        rows.append({"trace": label, "policy": policy_dir.name, "seeds": len(runs),
                      "reached": int(np.isfinite(tta).sum()), "median_time_to_target_s": median,
                      "low": low, "high": high, "coverage": coverage,
                      "final_accuracy": np.mean([r["final_accuracy"] for r in runs]),
@@ -134,6 +139,8 @@ def main() -> None:
     parser.add_argument("--traces", nargs="+", default=["calm", "straggler", "pai-job1"],
                         help="which of the traces to run")
     parser.add_argument("--out", default="results/tta", help="working folder (resumable)")
+    parser.add_argument("--prior-steps", type=int, default=200,
+                        help="Adam steps of the prior over clusters each trace's DAG fits")
     add_option(parser)
     args = parser.parse_args()
     out = Path(args.out).resolve()
@@ -144,7 +151,7 @@ def main() -> None:
         results = run_dag(cfg, out, args.cores)
         if args.progress and "bdsgd" in cfg["train"]["policies"]:
             run_progress(cfg, results, out)
-        frames.append(table(results, cfg["experiment"].removeprefix("tta-")))
+        frames.append(table(results, name, cfg["experiment"].removeprefix("tta-")))
         print(f"{name}: done", flush=True)
     df = pd.concat(frames, ignore_index=True)
     suffix = f"-comm{args.comm_s:g}" if args.comm_s else ""
