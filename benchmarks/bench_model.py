@@ -4,9 +4,8 @@ A decision is everything the parameter server does per iteration with a policy o
 model (``LATENCY_POLICIES``): one filtering step on the censored observation (``observe``), S
 joint predictive draws sorted into E[x_(c)] (``expected_order_stats``), and the decision rule;
 averaged, also the simple predictors' updates and forecasts and the scores of their last ones;
-and every ``policies.online_every`` iterations, taking up the step the model took in its
-learning thread meanwhile (waiting for it where it is not done: here, as in a replay, nothing
-else fills the iteration, so the mean holds the learning's whole cost).
+and every ``policies.online_every`` iterations, the model's step of learning while serving (the
+mean holds its whole cost, the median none of it).
 Targets: p50 <= 1 ms at 158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the
 node-shared jump regime). Each n is timed eager and with the filtering step compiled
 (``policies.compile``; the compile time, once per process, is printed apart). For scale, the

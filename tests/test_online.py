@@ -74,8 +74,8 @@ def test_only_the_laws_of_events_are_learnt_and_the_shared_model_stays(calm_mode
 
 
 def test_serving_and_learning_is_the_same_on_every_run(calm_model):
-    """A step runs in the learning process and is taken up a fixed number of iterations later,
-    whenever it finished: the forecasts do not depend on the machine's timing."""
+    """A step fits the window of a fixed number of iterations before and is seeded: the
+    forecasts do not depend on the machine or its timing."""
     trace, _ = simulate(SimulateConfig(scenario="iid-heavy", workers=N, iterations=40), 3)
     first, _ = serve(calm_model, trace.runtimes, ONLINE, cut=N - 2)
     again, _ = serve(calm_model, trace.runtimes, ONLINE, cut=N - 2)
