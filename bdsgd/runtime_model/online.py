@@ -20,12 +20,11 @@ Amortised over iterations. Every ``every`` iterations the server takes one step 
 a copy of the model, on the window that ended ``every`` iterations earlier, and reads the
 learner's new parameters: a step costs ``window`` filtering steps forward and backward (~0.1 s at
 158 workers), paid by one decision in ``every``; the median decision does not pay it. The lag of
-one period lets the step run in the idle time between iterations on a server that has any, with
-the same result: a replay is the same wherever the step runs. Here it runs in the server's own
-thread: in a thread of its own it shared the interpreter with the filter (the median decision
-took 2.5x as long); in a spawned process it segfaulted at a SLURM job's exit. The step size is
-small and each step's gradient is clipped as in training: one window is a short, noisy sample of
-the cluster; many small steps follow a change, and one odd window cannot undo the training.
+one period lets a server with idle time between iterations run the step there with the same
+result: a replay is the same wherever the step runs (docs/decisions.md: why it runs in the
+server's thread here). The step size is small and each step's gradient is clipped as in
+training: one window is a short, noisy sample of the cluster; many small steps follow a change,
+and one odd window cannot undo the training.
 """
 
 from __future__ import annotations
