@@ -12,6 +12,8 @@ import torch
 from bdsgd.config import SimulateConfig, default_config
 from bdsgd.cutoff import observation
 from bdsgd.policies.averaging import log_score
+from bdsgd.policies.base import use_idle_time
+from bdsgd.policies.build import make_policy
 from bdsgd.policies.model_predictor import ModelPredictor
 from bdsgd.runtime_model.checkpoint import load_model
 from bdsgd.runtime_model.online import regime_parameters
@@ -80,3 +82,30 @@ def test_serving_and_learning_is_the_same_on_every_run(calm_model):
     first, _ = serve(calm_model, trace.runtimes, ONLINE, cut=N - 2)
     again, _ = serve(calm_model, trace.runtimes, ONLINE, cut=N - 2)
     assert np.array_equal(first, again)
+
+
+def test_a_step_taken_while_the_server_waits_is_the_same_step(calm_model):
+    """bdsgd as built for a server, asked to use its idle time (``use_idle_time``, as the
+    parameter server does once it has sent the parameters) in some iterations: it takes the
+    period's step there instead of in the decision at the period's end, and decides as one
+    never asked."""
+    cfg = default_config().policies
+    cfg = dataclasses.replace(cfg, online_every=ONLINE[0], online_window=ONLINE[1])
+    trace, _ = simulate(SimulateConfig(scenario="iid-heavy", workers=N, iterations=60), 4)
+    plain = make_policy("bdsgd", N, cfg, model=calm_model)
+    waiting = make_policy("bdsgd", N, cfg, model=calm_model)
+    fit = waiting.predictor.components["model"].online
+    taken = []
+    step = fit.step
+    fit.step = lambda seen: taken.append(fit.count) or step(seen)
+    for t, row in enumerate(trace.runtimes):
+        c = plain.choose()
+        assert waiting.choose() == c
+        if t % 3:  # idle time in two iterations of three
+            use_idle_time(waiting)
+        plain.observe(observation(t, row, c, 0.0))
+        waiting.observe(observation(t, row, c, 0.0))
+    assert fit.steps > 10
+    # a step in idle time follows an observation that is not a period's end
+    assert sum(count % ONLINE[0] for count in taken) > 0
+    assert np.array_equal(plain.expected, waiting.expected)

@@ -30,6 +30,7 @@ from bdsgd.cutoff import Observation
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
 from bdsgd.io import write_json, write_with
 from bdsgd.loop import Server, replay_runtimes
+from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.provenance import stamp
 from bdsgd.sgd import apply_gradient, evaluate, rate_at_n, step_lr
@@ -46,13 +47,15 @@ TICK_S = 0.05  # how often a waiting server looks at the heartbeats
 
 
 def _listen(rank: int, size: int, inbox: queue.Queue) -> None:
+    """Worker ``rank``'s messages into ``inbox``, each with the time it arrived: the server may
+    be busy when it does (learning while serving's step, taken while it waits)."""
     buf = torch.zeros(size)
     try:
         while True:
             dist.recv(buf, src=rank)
-            inbox.put((rank, buf.clone()))
+            inbox.put((rank, buf.clone(), time.perf_counter()))
     except RuntimeError:  # its connection broke: the worker is gone
-        inbox.put((rank, None))
+        inbox.put((rank, None, time.perf_counter()))
 
 
 class Round:
@@ -146,8 +149,8 @@ class ParameterServer:
                   f"{len(self.live)}")
 
     def _receive(self, t: int):
-        """The next (rank, message) from a live worker, or None when a worker was found dead
-        (the iteration then needs fewer gradients)."""
+        """The next (rank, message, its arrival time) from a live worker, or None when a worker
+        was found dead (the iteration then needs fewer gradients)."""
         while True:
             if not self.live:
                 raise RuntimeError(f"every worker is dead at iteration {t}")
@@ -161,14 +164,14 @@ class ParameterServer:
                 if silent:
                     return None
             try:
-                rank, msg = self.inbox.get(timeout=TICK_S)
+                rank, msg, arrived = self.inbox.get(timeout=TICK_S)
             except queue.Empty:
                 continue
             if msg is None:
                 self._bury(rank, t)
                 return None
             if rank in self.live:
-                return rank, msg
+                return rank, msg, arrived
 
     # ------------------------------------------------------------------------- iteration
     def iteration(self, t: int, c: int) -> tuple[Observation, float]:
@@ -178,28 +181,31 @@ class ParameterServer:
         for rank in sorted(self.live):
             if rank not in self.busy or late:  # abandon: the busy ones drop their work
                 self._send(rank, t)
+        # the workers compute: the policy's deferred work goes here, off the decision's path
+        use_idle_time(self.policy)
         rnd = Round(t, min(c, len(self.live)))
+        last = t0
         while not rnd.done:
             got = self._receive(t)
             rnd.need = min(c, len(self.live))
             if got is None:
                 continue
-            rank, msg = got
-            k, w, now = int(msg[0]), rank - 1, time.perf_counter()
+            rank, msg, now = got
+            k, w = int(msg[0]), rank - 1
             if self.sent[rank] == k:
                 self.busy.discard(rank)  # it delivered what it was last sent: idle
             # its run-time: from when it was sent iteration k's parameters (a busy worker under
             # finish gets them late) to its gradient's arrival
             runtime = now - self.sent_at[rank, k]
             if rnd.offer(w, k, msg):
-                self.runtimes[t, w] = runtime
+                self.runtimes[t, w], last = runtime, max(last, now)
             else:
                 self.stale += 1
                 if k < t and self.censored[k, w]:  # finish: the late value, observed after all
                     self.runtimes[k, w], self.censored[k, w] = runtime, False
                 if not late and rank not in self.busy:
                     self._send(rank, t)
-        tau = time.perf_counter() - t0
+        tau = last - t0  # the c-th accepted gradient's arrival
         seen = np.full(self.n, np.nan)
         for w in rnd.accepted:
             seen[w] = self.runtimes[t, w]

@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from bdsgd.cutoff import Observation
+from bdsgd.policies.base import use_idle_time
 
 
 def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float:
@@ -89,6 +90,10 @@ class Averaged:
                                     + log_score(f, obs, self.scale))
         for component in self.components.values():
             component.observe(obs)
+
+    def idle(self) -> None:
+        for component in self.components.values():
+            use_idle_time(component)
 
     def expected_order_stats(self) -> np.ndarray | None:
         ready = {k: e for k, c in self.components.items()

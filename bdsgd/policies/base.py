@@ -33,6 +33,14 @@ def draw_count(samples: int, n_workers: int) -> int:
     return max(samples, -(-DRAW_BUDGET // n_workers))
 
 
+def use_idle_time(obj) -> None:
+    """Let a policy, or a predictor, do now the work it defers to a moment when the server waits
+    for gradients (learning while serving's step, ``OnlineFit.idle``), where it defers any."""
+    idle = getattr(obj, "idle", None)
+    if idle is not None:
+        idle()
+
+
 class Policy(Protocol):
     """The interface every cutoff policy shares, and nothing else."""
 
@@ -173,6 +181,9 @@ class PredictivePolicy:
             self.seconds = self.decay * self.seconds + obs.duration
         self.chosen = False
         self.predictor.observe(obs)
+
+    def idle(self) -> None:
+        use_idle_time(self.predictor)
 
     def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
                           b_big: float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from bdsgd.cutoff import Observation
-from bdsgd.policies.base import Policy
+from bdsgd.policies.base import Policy, use_idle_time
 
 
 class Explore:
@@ -30,6 +30,9 @@ class Explore:
 
     def observe(self, obs: Observation) -> None:
         self.inner.observe(obs)
+
+    def idle(self) -> None:
+        use_idle_time(self.inner)
 
     def forecast(self, c: int) -> float:
         """The inner policy's E[x_(c)] at the last choice (NaN if it forecasts nothing)."""

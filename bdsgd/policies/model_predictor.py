@@ -64,6 +64,11 @@ class ModelPredictor:
             self.params = self.online.record(x[None], censored[None], before) or self.params
         self.cached = self.expected = None
 
+    def idle(self) -> None:
+        """Learning while serving's step, taken early (``OnlineFit.idle``)."""
+        if self.online is not None:
+            self.online.idle()
+
     @torch.inference_mode()
     def draws(self) -> torch.Tensor:
         """S joint draws of x_{t+1} (S, n), in seconds (``RuntimeModel.draws``); the same draws

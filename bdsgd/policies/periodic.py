@@ -9,7 +9,7 @@ cluster) become rarer. k = 1 is the plain policy.
 from __future__ import annotations
 
 from bdsgd.cutoff import Observation
-from bdsgd.policies.base import PredictivePolicy
+from bdsgd.policies.base import PredictivePolicy, use_idle_time
 
 
 class Periodic:
@@ -30,6 +30,9 @@ class Periodic:
 
     def observe(self, obs: Observation) -> None:
         self.inner.observe(obs)
+
+    def idle(self) -> None:
+        use_idle_time(self.inner)
 
     @property
     def noise_scale(self) -> float | None:

@@ -16,15 +16,19 @@ none, each of them then read as a lasting change of the worker. The networks and
 identities stay as trained: a window is too short a sample to refit them, and a change of level
 is the filter's to follow, not the parameters'.
 
-Amortised over iterations. Every ``every`` iterations the server takes one step of the learner,
-a copy of the model, on the window that ended ``every`` iterations earlier, and reads the
-learner's new parameters: a step costs ``window`` filtering steps forward and backward (~0.1 s at
-158 workers), paid by one decision in ``every``; the median decision does not pay it. The lag of
-one period lets a server with idle time between iterations run the step there with the same
-result: a replay is the same wherever the step runs (docs/decisions.md: why it runs in the
-server's thread here). The step size is small and each step's gradient is clipped as in
-training: one window is a short, noisy sample of the cluster; many small steps follow a change,
-and one odd window cannot undo the training.
+Amortised over iterations, and off the decision's path where the server waits. Every ``every``
+iterations the server reads the parameters of the learner, a copy of the model, after one step on
+the window that ended ``every`` iterations earlier. A step costs ``window`` filtering steps forward
+and backward, most of it per-operation overhead, so about the same at any n
+(benchmarks/bench_model.py). The step may be taken at any
+moment of the period, with the same result: a server that waits, for the workers' gradients once
+it has sent the parameters, takes it then (``idle``, which ``bdsgd.distributed.ps`` calls), so
+that no decision pays it while the workers compute longer than it takes; where nothing called
+``idle`` in the period (a replay, the virtual-cluster trainer), the decision at the period's end
+takes it, one decision in ``every``. A replay is thus the same wherever the step runs
+(docs/decisions.md: why not in a thread or a process). The step size is small and each step's
+gradient is clipped as in training: one window is a short, noisy sample of the cluster; many
+small steps follow a change, and one odd window cannot undo the training.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ class OnlineFit:
     """Every ``every`` observations, one Adam step of the learner on the ELBO of the window of
     ``window`` that ended ``every`` observations earlier (see the module docstring). ``record``
     is called with each observation and the server's filter state before it; it returns the
-    server model's new ``StepParameters`` after a step, else None."""
+    server model's new ``StepParameters`` after a step, else None. ``idle`` takes the period's
+    step early, when the server has time for it."""
 
     def __init__(self, model: RuntimeModel, every: int, window: int, learning_rate: float,
                  seed: int = 0):
@@ -69,7 +74,15 @@ class OnlineFit:
         self.seen: deque = deque(maxlen=window)  # (x~, censored, state before it)
         self.count = 0
         self.steps = 0
-        self.pending: list | None = None  # the window the next step fits
+        self.pending: list | None = None  # the window the period's step fits, until it is taken
+        self.stepped = False  # the learner took the period's step: the server has yet to read it
+
+    def idle(self) -> None:
+        """Take the period's step now, if it is still to take: the server has time to spare."""
+        if self.pending is not None:
+            with torch.inference_mode(False), torch.enable_grad():
+                self.step(self.pending)
+            self.pending, self.stepped = None, True
 
     def record(self, x: torch.Tensor, censored: torch.Tensor,
                before: FilterState) -> StepParameters | None:
@@ -78,15 +91,15 @@ class OnlineFit:
         self.count += 1
         if self.count % self.every:
             return None
+        self.idle()  # the period's step, where no idle time took it
         new = None
-        if self.pending is not None:
-            with torch.inference_mode(False), torch.enable_grad():
-                self.step(self.pending)
+        if self.stepped:
             with torch.no_grad():
                 for mine, learnt in zip(regime_parameters(self.server),
                                         regime_parameters(self.learner), strict=True):
                     mine.copy_(learnt)
             self.steps += 1
+            self.stepped = False
             new = self.server.step_parameters()
         self.pending = list(self.seen) if len(self.seen) == self.seen.maxlen else None
         return new
