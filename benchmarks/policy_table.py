@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -37,6 +38,7 @@ import yaml
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.config import from_dict
+from bdsgd.io import write_json, write_with
 from bdsgd.runtime_model.train import train_model, train_prior
 from bdsgd.throughput import run_benchmark
 from bdsgd.traces.formats import import_trace
@@ -90,8 +92,10 @@ def measure(args, name: str, seed: int) -> tuple[dict, pd.DataFrame, str]:
     stem = Path(args.out) / f"{name}_seed{seed}"
     table, decisions = Path(f"{stem}_table.json"), Path(f"{stem}_decisions.parquet")
     if args.resume and table.exists() and decisions.exists():
-        rows = json.loads(table.read_text())
-        return rows["policies"], pd.read_parquet(decisions), f"{name} seed {seed}: read back"
+        rows, stored = json.loads(table.read_text()), pd.read_parquet(decisions)
+        if args.replay:
+            return replay_again(args, name, seed, rows, stored)
+        return rows["policies"], stored, f"{name} seed {seed}: read back"
     torch.set_num_threads(1)
     trace, truth, cfg = load(args, name, seed)
     train, test = write_split(trace, 0.5, f"{stem}_train.parquet", f"{stem}_test.parquet", truth)
@@ -117,6 +121,36 @@ def measure(args, name: str, seed: int) -> tuple[dict, pd.DataFrame, str]:
            f"{length}{' from the prior' if args.prior else ''}, "
            f"{time.perf_counter() - start:.0f} s")
     return rows["policies"], pd.read_parquet(decisions), log
+
+
+def replay_again(args, name: str, seed: int, rows: dict,
+                 stored: pd.DataFrame) -> tuple[dict, pd.DataFrame, str]:
+    """A finished run with ``--replay``'s policies replayed anew on its model and test part (the
+    code and --policy settings as they are now), every other policy's rows as stored; its table
+    and decisions rewritten, the replay's provenance beside the stored one."""
+    stem = Path(args.out) / f"{name}_seed{seed}"
+    torch.set_num_threads(1)
+    _, _, cfg = load(args, name, seed)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+        new = run_benchmark(f"{stem}_test.parquet", args.replay, model_path=f"{stem}_model.pt",
+                            rule="both", cfg=cfg, decisions_out=f"{tmp}/decisions.parquet",
+                            json_out=f"{tmp}/table.json",
+                            history_path=None if args.cold else f"{stem}_train.parquet")
+        fresh = pd.read_parquet(f"{tmp}/decisions.parquet")
+
+    def replayed(policy: str) -> bool:
+        return policy.split("/")[0] in args.replay
+
+    rows["policies"] = ({k: v for k, v in rows["policies"].items() if not replayed(k)}
+                        | new["policies"])
+    rows["replayed"] = {"policies": args.replay, "provenance": new["provenance"]}
+    decisions = pd.concat([stored[~stored.policy.map(replayed)], fresh], ignore_index=True)
+    write_json(f"{stem}_table.json", rows)
+    write_with(f"{stem}_decisions.parquet", lambda tmp: decisions.to_parquet(tmp, index=False))
+    log = (f"{name} seed {seed}: {', '.join(args.replay)} replayed again, "
+           f"{time.perf_counter() - start:.0f} s")
+    return rows["policies"], decisions, log
 
 
 def cells(rows: dict, policy: str) -> list[dict]:
@@ -201,6 +235,10 @@ def main() -> None:
                         help="reuse what --out holds from a run with the same flags: finished "
                              "(trace, seed) runs are read back, trained models replayed as they "
                              "are (delete a run's _table.json to replay it with changed policies)")
+    parser.add_argument("--replay", nargs="+", default=[], metavar="POLICY",
+                        help="with --resume, replay these policies again on every finished run "
+                             "and keep every other policy's stored rows: a changed policy "
+                             "against the same baselines without replaying them")
     parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=TRACES,
                         help="traces to measure")
     parser.add_argument("--policies", nargs="+", default=POLICIES,
@@ -209,6 +247,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: at least 1")
+    if args.replay and not args.resume:
+        parser.error("--replay replays finished runs: it needs --resume")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.prior and not Path(args.prior).exists():
         start = time.perf_counter()

@@ -12,19 +12,23 @@ forgetting (dynamic model averaging, Raftery, Karny & Ettler 2010).
 Components k (``policies.averaging`` names the simple ones beside the model) each forecast
 m_k,r = E_k[x_(r)], r = 1..n, the expected order statistics: the only thing the decision rule
 reads. The server then saw y_(1..c) and that the other n - c ran longer than tau. Component k's
-error on order statistic r, in log run-time, is
+loss on order statistic r is QLIKE, the Bregman divergence of -log (Patton 2011),
 
-    e_k,r = log m_k,r - log y_(r)              r <= c   (seen)
-    e_k,r = min(0, log m_k,r - log tau)        r > c    (known only to exceed tau: a forecast
-                                                         is wrong only where it is below tau)
+    L(m, y) = y / m - log(y / m) - 1 >= 0,      with
+    y = y_(r)                                  r <= c   (seen)
+    y = max(tau, m_k,r)                        r > c    (known only to exceed tau: the least
+                                                         loss any y > tau gives; a forecast is
+                                                         wrong only where it is below tau)
 
-and its score is the Gaussian log-likelihood of those errors at a common scale s
-(``policies.score_scale``), l_k = -1/(2 s^2) * 1/n sum_r e_k,r^2. Squared error is the proper
-score of a mean, so the weights follow the forecast of E[x_(c)] that comes true, not the whole
-predictive distribution: a density (log) score would judge the spread and the tails as well,
-which the rule never reads, and reward a component whose cutoffs are worse (docs/decisions.md,
-"Scores"). The mean over r, not the sum, because n order statistics of one iteration share most
-of their evidence.
+and its score is l_k = -1/s^2 * 1/n sum_r L(m_k,r, y_r) at a common scale s
+(``policies.score_scale``). Its expectation is least at m = E[y]: it scores a forecast of the
+mean, which the rule reads, not the whole predictive distribution: a density (log) score would
+judge the spread and the tails as well, which the rule never reads, and reward a component whose
+cutoffs are worse (docs/decisions.md, "Scores"). It depends on y / m alone, so one s serves any
+time unit, and near m = y it is (log m - log y)^2 / 2: s is an error in log run-time. The squared
+log error itself is least at exp E[log y], below the mean of a heavy tail, and rewards the
+component that forecasts the slowest workers too fast. The mean over r, not the sum, because n
+order statistics of one iteration share most of their evidence.
 
 The weights are a posterior with forgetting,
 
@@ -45,13 +49,14 @@ from bdsgd.policies.base import use_idle_time
 
 
 def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float:
-    """l_k above: the censored Gaussian log-likelihood, per order statistic, of what ``obs``
-    shows under the forecast ``expected`` (n,) = E[x_(1..n)] at error scale ``scale``."""
+    """l_k above, the log of the weight a forecast earns: minus the censored QLIKE loss per
+    order statistic of what ``obs`` shows under the forecast ``expected`` (n,) = E[x_(1..n)], at
+    error scale ``scale``."""
     n, c = len(obs.runtimes), int(obs.observed.sum())
     seen = np.concatenate([np.sort(obs.runtimes[obs.observed]), np.full(n - c, obs.cutoff_time)])
-    error = np.log(expected) - np.log(seen)
-    error[c:] = np.minimum(error[c:], 0.0)
-    return float(-0.5 * np.mean(error**2) / scale**2)
+    ratio = seen / expected
+    ratio[c:] = np.maximum(ratio[c:], 1.0)  # y = max(tau, m)
+    return float(-np.mean(ratio - np.log(ratio) - 1) / scale**2)
 
 
 class Averaged:
