@@ -18,17 +18,17 @@ is the filter's to follow, not the parameters'.
 
 Amortised over iterations, and off the decision's path where the server waits. Every ``every``
 iterations the server reads the parameters of the learner, a copy of the model, after one step on
-the window that ended ``every`` iterations earlier. A step costs ``window`` filtering steps forward
-and backward, most of it per-operation overhead, so about the same at any n
-(benchmarks/bench_model.py). The step may be taken at any
-moment of the period, with the same result: a server that waits, for the workers' gradients once
-it has sent the parameters, takes it then (``idle``, which ``bdsgd.distributed.ps`` calls), so
-that no decision pays it while the workers compute longer than it takes; where nothing called
-``idle`` in the period (a replay, the virtual-cluster trainer), the decision at the period's end
-takes it, one decision in ``every``. A replay is thus the same wherever the step runs
-(docs/decisions.md: why not in a thread or a process). The step size is small and each step's
-gradient is clipped as in training: one window is a short, noisy sample of the cluster; many
-small steps follow a change, and one odd window cannot undo the training.
+the window that ended ``every`` iterations earlier. A step costs ``window`` filtering steps
+forward and backward, most of it per-operation overhead, so about the same at any n
+(benchmarks/bench_model.py). The step may be taken at any moment of the period, with the same
+result: a server that waits, for the workers' gradients once it has sent the parameters, takes it
+then (``idle``, which ``bdsgd.distributed.ps`` calls), so that no decision pays it while the
+workers compute longer than it takes; where nothing called ``idle`` in the period (a replay, the
+virtual-cluster trainer), the decision at the period's end takes it, one decision in ``every``. A
+replay is thus the same wherever the step runs (docs/decisions.md: why not in a thread or a
+process). The step size is small and each step's gradient is clipped as in training: one window is
+a short, noisy sample of the cluster; many small steps follow a change, and one odd window cannot
+undo the training.
 """
 
 from __future__ import annotations
