@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from bdsgd import commands, flags
-from bdsgd.config import CENSORING, LATE
+from bdsgd.cluster.clock import LATE
+from bdsgd.config import CENSORING
 from bdsgd.errors import reader_left, run_entry_point
 from bdsgd.policies import RULES, SPECS, VARIANTS
 from bdsgd.schema import TASKS

@@ -126,15 +126,12 @@ class PoliciesConfig:
     decide_every: int
 
 
-# model.censoring's and network.late's values (the schema's enums), which the ablations compare
-CENSORING = ("likelihood", "impute")
-LATE = ("abandon", "finish")
+CENSORING = ("likelihood", "impute")  # model.censoring's values, which the ablations compare
 
 
 @dataclass(frozen=True)
 class AblationsConfig:
-    """The replay ablations of censoring and of the data a policy buys (the schema's
-    throughput.ablations)."""
+    """The replay ablations of censoring and of the data a policy buys (throughput.ablations)."""
 
     traces: tuple[str, ...]
     backups: float
@@ -155,10 +152,14 @@ class ThroughputConfig:
 class NetworkConfig:
     topology: str
     shards: int
+    fabric: str | None
     bandwidth_gbit_s: float
     latency_s: float
+    aggregate_gbyte_s: float
+    update_gbyte_s: float
     late: str
     task: str
+    gradient_s: float | None
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bdsgd.clock import replay_network
+from bdsgd.cluster.cutoff import throughput
+from bdsgd.cluster.virtual import for_replay
 from bdsgd.config import Config, default_config
-from bdsgd.cutoff import hindsight_optimum, throughput
-from bdsgd.loop import replay
 from bdsgd.policies.build import Inputs, build_policy
+from bdsgd.traces.io import require_complete
 from bdsgd.traces.schema import Trace
 
 
@@ -21,7 +21,7 @@ def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0,
     (``runtime_model.evaluate.forecast_metrics``, filtering on full observations) and in its
     real deployment, the ``bdsgd`` policy replaying the trace and filtering only on the censored
     observations its own cutoffs produce, its throughput divided by the hindsight oracle's, on
-    the config's virtual clock (``bdsgd.clock.replay_network``, network.late).
+    the config's virtual cluster (``bdsgd.cluster.virtual.for_replay``).
     Returns the metrics (JSON-able) and the per-iteration predictions; ``threads``, torch's
     CPU threads in this process, under which ``decision_ms_p50`` was measured."""
     import torch
@@ -29,14 +29,15 @@ def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0,
     from bdsgd.runtime_model.evaluate import forecast_metrics
 
     cfg = cfg or default_config()
-    comm = replay_network(cfg).comm(trace.n_workers)
+    require_complete(trace, trace.file)
+    cluster = for_replay(cfg, trace)
     result, predictions = forecast_metrics(model, trace, model.config.samples, seed)
-    policy = build_policy("bdsgd", cfg, seed=seed, n_workers=trace.n_workers,
-                          trace=trace, inputs=Inputs(model, model_path), comm=comm, rule=rule)
-    run = replay(trace, policy, comm, cfg.network.late)
-    sorted_x = np.sort(trace.runtimes, axis=1)
-    _, oracle_rate = hindsight_optimum(sorted_x, comm)
-    sync_rate = throughput(sorted_x, np.full(len(sorted_x), trace.n_workers), comm)
+    policy = build_policy("bdsgd", cfg, seed=seed, n_workers=trace.n_workers, trace=trace,
+                          inputs=Inputs(model, model_path), comm=cluster.timing, rule=rule)
+    run = cluster.replay(trace.runtimes, policy)
+    _, oracle_rate = cluster.optimum(trace.runtimes)
+    sync_rate = throughput(np.sort(trace.runtimes, axis=1), np.full(trace.n_iterations,
+                           trace.n_workers), cluster.timing) / cluster.compute.factor
     result.update({
         "throughput_relative_to_oracle": run.gradients_per_s / oracle_rate,
         "throughput_gradients_per_s": run.gradients_per_s,
@@ -46,6 +47,7 @@ def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0,
         "decision_ms_p50": float(np.median(run.decision_ns) / 1e6),
         "threads": torch.get_num_threads(),
         "rule": rule, "n_workers": trace.n_workers, "iterations": trace.n_iterations,
+        "comm_to_compute": cluster.comm_to_compute(trace.runtimes),
         "emission": model.config.emission, "censoring": model.config.censoring,
         "forecast_filtered_on": "full observations",
         "policy_filtered_on": "censored observations of its own cutoffs",

@@ -27,10 +27,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from bdsgd.config import CENSORING, LATE, Config
+from bdsgd.cluster.clock import LATE
+from bdsgd.cluster.schedules import MODES
+from bdsgd.config import CENSORING, Config
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
-from bdsgd.schedules import MODES
 
 # s, seconds per sample of forward and backward, where nothing is measured. On a GPU: MNIST
 # (digits as MNIST), an H100's at 158 workers x 32 samples in chunks of 1,024 (benchmarks/

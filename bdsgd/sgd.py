@@ -22,9 +22,14 @@ from bdsgd.tasks import Task
 EVAL_BATCH = 256
 # train.lr_scaling: the learning rate's factor s given the accepted fraction c / n
 LR_SCALING = {"linear": lambda f: f, "sqrt": np.sqrt, "none": np.ones_like}
-# train.staleness_lr (async, cyclic): a gradient's learning-rate factor given its staleness tau
-STALENESS_LR = {"none": lambda tau: np.ones_like(tau, dtype=float),
-                "inverse": lambda tau: 1.0 / np.maximum(1, tau)}
+# train.staleness_lr (async, cyclic): the share of the synchronous step's rate a gradient gets,
+# given its staleness tau (updates applied between its pull and its push) among n workers.
+# inverse: Zhang et al. 2016's staleness-aware rate lr / sigma, sigma = tau + 1 their staleness
+# (1 for a gradient applied to the parameters it was computed on). With n equally fast workers
+# out of step every gradient is n - 1 updates stale, so a round of n updates moves the parameters
+# lr x (the mean of n gradients): one synchronous step. none: lr / n whatever tau.
+STALENESS_LR = {"none": lambda tau, n: np.full(np.shape(tau), 1.0 / n),
+                "inverse": lambda tau, n: 1.0 / (np.asarray(tau, dtype=float) + 1.0)}
 
 
 def lr_factor(schedule: str, warmup: int, seen: int, step: int, total: int) -> float:

@@ -1,25 +1,24 @@
 """The throughput stage: every policy replayed over a trace, against the hindsight optimum.
 
-At iteration t the policy picks c_t before seeing anything of it; the iteration lasts
-tau_t + comm(c_t) on the virtual clock (``bdsgd.clock``: the network model's communication, the
-config's late workers; the trace's run-times taken as seconds); the policy then observes the
-accepted workers' run-times and, for the rest, only the cutoff time (censored). The loop is the
-server's (``bdsgd.loop.replay``).
+At iteration t the policy picks c_t before seeing anything of it; the iteration ends at D_t(c_t)
+on the virtual cluster (``bdsgd.cluster.virtual.for_replay``: the trace's run-times in seconds,
+the network moving network.task's gradient, the config's late workers); the policy then observes
+the accepted workers' run-times and, for the rest, only the cutoff time (censored). The loop is
+the server's (``bdsgd.cluster.server``).
 
-Throughput = sum_t c_t / sum_t (tau_t + comm(c_t)). ``run_benchmark`` (``bdsgd throughput``)
+Throughput = sum_t c_t / sum_t D_t(c_t), per second. ``run_benchmark`` (``bdsgd throughput``)
 replays every policy and writes the table, relative to the exact hindsight optimum, and the
 per-iteration decisions. The ``async`` row is the asynchronous schedule's
-(``bdsgd.schedules.async_reference``), the one the async trainer runs. The replay runs on
+(``bdsgd.cluster.schedules.async_reference``), the one the async trainer runs. The replay runs on
 ``threads`` torch threads (``resources.throughput_threads``, the rule's Snakemake threads, unless
 ``--threads`` says otherwise), and the table records the count beside the decision latencies it
-measured under it: torch on every core of a shared machine made bdsgd's decision 20x slower
-than on one.
+measured under it (torch on every core of a shared machine slows a model's decision).
 
 ``comm_sweep`` replays the policies again on networks from negligible to dominant
 communication, for a single server, a sharded one and a ring: the ratio rho of the time a
 single server's link needs for a whole iteration (n gradients in, n copies out) to the trace's
-median run-time m sets G / B = rho m / (2 n); every topology moves the same bytes on the same
-links, with the config's latency.
+median run-time m sets G / B = rho m / (2 n) (``bdsgd.cluster.virtual.swept``); every topology
+moves the same bytes on the same links, with the config's latency.
 
 ``period_sweep`` replays throughput.period_policies again deciding only every k-th iteration
 (policies.decide_every, each k of throughput.decide_every), beside the best fixed cutoff in
@@ -27,7 +26,7 @@ hindsight: does deciding less often, or never, do as well?
 
 Each policy's row also says how steady and how busy its replay was: the coefficient of
 variation of its per-iteration throughput c_t / duration_t and of c_t, and the fractions of the
-workers' time n sum_t duration_t spent idle and computing dropped gradients (``bdsgd.clock``).
+workers' time n sum_t duration_t spent idle and computing dropped gradients (``bdsgd.cluster.clock``).
 """
 
 from __future__ import annotations
@@ -41,16 +40,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bdsgd.clock import replay_network, require_server
+from bdsgd.cluster.compute import Compute
+from bdsgd.cluster.cutoff import hindsight_optimum, throughput
+from bdsgd.cluster.schedules import ASYNC
+from bdsgd.cluster.server import Replay
+from bdsgd.cluster.virtual import VirtualCluster, for_replay, require_server, swept
 from bdsgd.config import default_config
-from bdsgd.cutoff import fixed_optimum, hindsight_optimum, throughput
 from bdsgd.errors import UserError
-from bdsgd.loop import Replay, replay
-from bdsgd.network import Network
 from bdsgd.policies import RULES, is_known, spec
 from bdsgd.policies.base import Policy
 from bdsgd.policies.build import build_policy, load_inputs
-from bdsgd.schedules import async_reference
 from bdsgd.traces.io import read_history, require_complete, require_cutoff
 from bdsgd.traces.schema import Trace
 
@@ -58,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 
 def _row(run: Replay, oracle_rate: float, rule: str | None, threads: int) -> dict:
+    """A policy's row; its mean iteration in seconds (``Replay.seconds_per_unit``)."""
     ms = run.decision_ns / 1e6
     c, rate = run.cutoffs, run.cutoffs / run.durations  # rate: c_t / duration_t
     return {
@@ -65,7 +65,7 @@ def _row(run: Replay, oracle_rate: float, rule: str | None, threads: int) -> dic
         "relative_to_oracle": run.gradients_per_s / oracle_rate,
         "mean_cutoff": float(c.mean()), "cutoff_std": float(c.std()),
         "cutoff_p10": float(np.percentile(c, 10)), "cutoff_p90": float(np.percentile(c, 90)),
-        "mean_iteration_s": float(run.durations.mean()),
+        "mean_iteration_s": float(run.durations.mean() * run.seconds_per_unit),
         "iteration_rate_cv": float(rate.std() / rate.mean()), "cutoff_cv": float(c.std() / c.mean()),
         "idle_fraction": run.idle_fraction, "wasted_fraction": run.wasted_fraction,
         "decision_ms_p50": float(np.percentile(ms, 50)),
@@ -75,7 +75,7 @@ def _row(run: Replay, oracle_rate: float, rule: str | None, threads: int) -> dic
     }
 
 
-def _describe(trace: Trace, path: str, net: Network, late: str, oracle_rate: float) -> dict:
+def _describe(trace: Trace, path: str, cluster: VirtualCluster, oracle_rate: float) -> dict:
     x = trace.runtimes
     return {
         "path": str(path), "n_iterations": trace.n_iterations, "n_workers": trace.n_workers,
@@ -83,8 +83,8 @@ def _describe(trace: Trace, path: str, net: Network, late: str, oracle_rate: flo
         "runtime_mean": float(x.mean()), "runtime_median": float(np.median(x)),
         "runtime_cv": float(x.std() / x.mean()),
         "straggler_ratio_mean": float((x.max(axis=1) / np.median(x, axis=1)).mean()),
-        "comm_s": float(net.comm(trace.n_workers)[-1]),  # comm(n), a synchronous iteration's
-        "network": dataclasses.asdict(net), "late": late, "oracle_gradients_per_s": oracle_rate,
+        "comm_s": float(cluster.network.comm(trace.n_workers)[-1]),  # comm(n), seconds
+        **cluster.record(x), "oracle_gradients_per_s": oracle_rate,
     }
 
 
@@ -111,15 +111,13 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
 
     resolved = cfg if cfg is not None else default_config()
     pcfg = resolved.policies
-    unknown = [p for p in policies if p != "async" and not is_known(p)]
+    unknown = [p for p in policies if p != ASYNC and not is_known(p)]
     if not policies or unknown:
         raise UserError("--policies", unknown[0] if unknown else "-",
                         "unknown policy" if unknown else "no policy given")
     if rule not in (None, "both", *RULES):
         raise UserError("--rule", rule, f"choose from {RULES} or 'both'")
     default_rule = pcfg.rule if rule in (None, "both") else rule
-    net = replay_network(resolved, comm_s)
-    late = resolved.network.late if late is None else late
     seed = resolved.seed if seed is None else seed
     threads = resolved.resources.throughput_threads if threads is None else threads
     if threads < 1:
@@ -128,25 +126,25 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     trace = read_trace(trace_path)
     require_complete(trace, trace_path)
     require_cutoff(trace, trace_path)
-    if "async" in policies:
-        require_server(resolved, "the async reference")
-    inputs = load_inputs([p for p in policies if p != "async"], trace_path, model_path,
+    cluster = for_replay(resolved, trace, comm_s, late)
+    if ASYNC in policies:
+        require_server(cluster.network, "the async reference", resolved.source)
+    inputs = load_inputs([p for p in policies if p != ASYNC], trace_path, model_path,
                          paper_model_path)
     history = read_history(history_path, trace, trace_path)
 
-    comm = net.comm(trace.n_workers)
-    _, oracle_rate = hindsight_optimum(np.sort(trace.runtimes, axis=1), comm)
+    _, oracle_rate = cluster.optimum(trace.runtimes)
     runs: dict[tuple[str, str | None], tuple[Replay, Policy]] = {}
 
-    def replayed(name: str, r: str | None, comm: np.ndarray,
+    def replayed(name: str, r: str | None, on: VirtualCluster,
                  cfg=resolved) -> tuple[Replay, Policy]:
         policy = build_policy(name, cfg, seed=seed, n_workers=trace.n_workers, trace=trace,
-                              inputs=inputs, history=history, comm=comm, rule=r)
-        return replay(trace, policy, comm, late), policy
+                              inputs=inputs, history=history, comm=on.timing, rule=r)
+        return on.replay(trace.runtimes, policy), policy
 
     def run(name: str, r: str | None) -> tuple[Replay, Policy]:
         if (name, r) not in runs:
-            runs[name, r] = replayed(name, r, comm)
+            runs[name, r] = replayed(name, r, cluster)
         return runs[name, r]
 
     def at_period(name: str, k: int) -> Replay:
@@ -155,7 +153,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         if k == pcfg.decide_every:
             return run(name, r)[0]
         every = dataclasses.replace(pcfg, decide_every=k)
-        return replayed(name, r, comm, dataclasses.replace(resolved, policies=every))[0]
+        return replayed(name, r, cluster, dataclasses.replace(resolved, policies=every))[0]
 
     def row(name: str, r: str | None) -> dict:
         result, policy = run(name, r)
@@ -171,8 +169,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     table: dict[str, dict] = {}
     with torch_threads(threads):
         for name in policies:
-            if name == "async":
-                table[name] = {**async_reference(trace.runtimes, net.exchange_s, net.link_s),
+            if name == ASYNC:
+                table[name] = {**cluster.async_reference(trace.runtimes),
                                "mean_cutoff": 1.0,
                                "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
                                "threads": threads, "rule": None,
@@ -188,17 +186,17 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
             else:
                 table[name] = row(name, default_rule)
         if sweep_out:
-            cutoff_policies = [p for p in policies if p != "async"]
-            sweep = comm_sweep(trace, resolved, cutoff_policies, default_rule,
-                               lambda name, r, c: replayed(name, r, c)[0])
+            cutoff_policies = [p for p in policies if p != ASYNC]
+            sweep = comm_sweep(trace, resolved, cluster, cutoff_policies, default_rule,
+                               lambda name, r, on: replayed(name, r, on)[0])
         if period_out:
             periodic = [p for p in resolved.throughput.period_policies
                         if p in policies and spec(p).predictive]
-            periods = period_sweep(trace, resolved.throughput.decide_every, periodic, comm,
-                                   at_period)
+            periods = period_sweep(trace, resolved.throughput.decide_every, periodic, cluster,
+                                   at_period, run("oracle-fixed", None)[0])
 
     result = {"policies": table, "default_rule": default_rule, "threads": threads,
-              "trace": _describe(trace, trace_path, net, late, oracle_rate),
+              "trace": _describe(trace, trace_path, cluster, oracle_rate),
               "history": None if history is None else {
                   "path": str(history_path), "n_iterations": history.n_iterations},
               "provenance": stamp(cfg, seed, policies_config=dataclasses.asdict(pcfg))}
@@ -218,27 +216,27 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
 SWEEP_TOPOLOGIES = ("ps", "sharded", "ring")
 
 
-def comm_sweep(trace: Trace, cfg, policies: list[str], rule: str,
-               replayed: Callable[[str, str | None, np.ndarray], Replay]) -> pd.DataFrame:
+def comm_sweep(trace: Trace, cfg, cluster: VirtualCluster, policies: list[str], rule: str,
+               replayed: Callable[[str, str | None, VirtualCluster], Replay]) -> pd.DataFrame:
     """Every cutoff policy (under ``rule``) and the hindsight optimum, for each ratio of
-    throughput.comm_ratios and each topology of ``SWEEP_TOPOLOGIES``: one row each (ratio,
-    topology, policy, gradients_per_s, relative_to_oracle, relative_to_sync, mean_cutoff).
-    ``replayed(name, rule, comm)`` replays one policy on comm(c)."""
+    throughput.comm_ratios and each topology of ``SWEEP_TOPOLOGIES`` (a ring with ``cluster``'s
+    late workers finishing is left out: it cannot run): one row each (ratio, topology, policy,
+    gradients_per_s, relative_to_oracle, relative_to_sync, mean_cutoff), rates in the trace's
+    units. ``replayed(name, rule, cluster)`` replays one policy on a cluster."""
     n, m = trace.n_workers, float(np.median(trace.runtimes))
     sorted_x, rows = np.sort(trace.runtimes, axis=1), []
+    topologies = [t for t in SWEEP_TOPOLOGIES if not (t == "ring" and cluster.late == "finish")]
     for ratio in cfg.throughput.comm_ratios:
-        for topology in SWEEP_TOPOLOGIES:
-            # G / B = ratio m / (2 n): a single server's link needs ratio x m for n + n transfers
-            net = Network(topology, 0.0, ratio * m / (2 * n), 1.0, cfg.network.latency_s,
-                          cfg.network.shards)
-            comm = net.comm(n)
-            best, oracle = hindsight_optimum(sorted_x, comm)
-            sync = throughput(sorted_x, np.full(len(sorted_x), n), comm)
+        for topology in topologies:
+            net = swept(cfg, topology, ratio, m, n)
+            on = dataclasses.replace(cluster, network=net, compute=Compute())
+            best, oracle = hindsight_optimum(sorted_x, net)
+            sync = throughput(sorted_x, np.full(len(sorted_x), n), net)
             rates = {"oracle": (oracle, float(best.mean()))}
             for name in policies:
                 if name == "oracle":
                     continue
-                run = replayed(name, rule_of(name, rule), comm)
+                run = replayed(name, rule_of(name, rule), on)
                 rates[name] = (run.gradients_per_s, float(run.cutoffs.mean()))
             rows += [{"ratio": ratio, "topology": topology, "policy": name,
                       "gradients_per_s": rate, "relative_to_oracle": rate / oracle,
@@ -247,18 +245,16 @@ def comm_sweep(trace: Trace, cfg, policies: list[str], rule: str,
     return pd.DataFrame(rows)
 
 
-def period_sweep(trace: Trace, periods, policies: list[str], comm: np.ndarray,
-                 at_period: Callable[[str, int], Replay]) -> pd.DataFrame:
+def period_sweep(trace: Trace, periods, policies: list[str], cluster: VirtualCluster,
+                 at_period: Callable[[str, int], Replay], fixed: Replay) -> pd.DataFrame:
     """Each predictive policy of ``policies`` deciding every k iterations, for each k of
-    ``periods``, and the best fixed cutoff in hindsight (oracle-fixed, the same at every k): one
-    row each (period, policy, gradients_per_s, relative_to_oracle, mean_cutoff).
-    ``at_period(name, k)`` replays one policy."""
-    sorted_x = np.sort(trace.runtimes, axis=1)
-    _, oracle = hindsight_optimum(sorted_x, comm)
-    fixed_c, fixed = fixed_optimum(sorted_x, comm)
+    ``periods``, and the best fixed cutoff in hindsight (``fixed``, oracle-fixed's replay, the
+    same at every k): one row each (period, policy, gradients_per_s, relative_to_oracle,
+    mean_cutoff). ``at_period(name, k)`` replays one policy on ``cluster``."""
+    _, oracle = cluster.optimum(trace.runtimes)
     rows = []
     for k in periods:
-        rates = {"oracle-fixed": (fixed, float(fixed_c))}
+        rates = {"oracle-fixed": (fixed.gradients_per_s, float(fixed.cutoffs.mean()))}
         for name in policies:
             run = at_period(name, k)
             rates[name] = (run.gradients_per_s, float(run.cutoffs.mean()))
@@ -283,7 +279,7 @@ def _decisions(table: dict, runs: dict, trace: Trace, policies: list[str], defau
     chose (NaN for the others), realised_s the trace row's x_(c_t)."""
     replays = []
     for name in table:
-        if name == "async":
+        if name == ASYNC:
             continue
         base, _, r = name.partition("/")
         r = r or rule_of(base, default_rule)
@@ -315,7 +311,7 @@ def format_table(result: dict) -> str:
         lines.append(f"{name:<24}{r['gradients_per_s']:>12.4g}{r['relative_to_oracle']:>9.3f}"
                      f"{r['mean_cutoff']:>9.2f}{r.get('cutoff_std', 0.0):>8.2f}"
                      f"{r['decision_ms_p50']:>9.3f}{r['decision_ms_p99']:>9.3f}")
-    if "async" in result["policies"]:
-        a = result["policies"]["async"]
+    if ASYNC in result["policies"]:
+        a = result["policies"][ASYNC]
         lines.append(f"async: mean staleness {a['mean_staleness']:.2f} updates; {a['note']}")
     return "\n".join(lines)

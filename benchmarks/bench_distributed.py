@@ -4,7 +4,7 @@ Two questions, answered side by side in one run on this machine (gloo, CPU):
 
 1. Fidelity of the virtual clock. Each policy (sync, static, and optionally ecdf and bandit)
    trains for real with a 5x straggler under ``--late finish``, so that the server records the
-   straggler's late run-times. The same policy is then replayed (``bdsgd.loop.replay``) on three
+   straggler's late run-times. The same policy is then replayed (``bdsgd.cluster.server.replay``) on three
    traces: the run's own recorded trace, whose still-censored entries (the iterations whose
    parameters the busy straggler never received, and the last iterations) are set to their lower
    bound, the cutoff time (exact wherever the replay makes the run's decisions: a censored worker
@@ -263,7 +263,7 @@ def virtual(name: str, trace, cfg, n: int, batch: int, comm_s: float = 0.0):
 
     import numpy as np
 
-    from bdsgd.loop import replay
+    from bdsgd.cluster.server import replay
     from bdsgd.policies.build import make_policy
 
     censored = int(trace.censored.sum())

@@ -1,7 +1,7 @@
 """Cost of the asynchronous and cyclic modes' event schedules per applied gradient (goal: far
 below one gradient's computation, and below a loop over every gradient's finish event).
 
-Side by side at 32 workers: the schedules the trainers use (``bdsgd.schedules.async_schedule``: n
+Side by side at 32 workers: the schedules the trainers use (``bdsgd.cluster.schedules.async_schedule``: n
 running sums merged; ``cyclic_schedule``: a loop over the token's visits) against a per-event
 Python loop over every gradient's finish (a heap of finish events), which also checks them: both
 must give the same updates. It prints the time per applied gradient of each and their ratio, on
@@ -19,7 +19,7 @@ import time
 import numpy as np
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
-from bdsgd.schedules import async_schedule, cyclic_schedule
+from bdsgd.cluster.schedules import async_schedule, cyclic_schedule
 
 
 def async_per_event(runtimes: np.ndarray, comm_s: float, n_updates: int):

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
+from bdsgd.cluster.cutoff import observation
 from bdsgd.config import from_dict
-from bdsgd.cutoff import observation
 from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import make_policy
 from bdsgd.runtime_model.model import RuntimeModel

@@ -20,8 +20,8 @@ import argparse  # noqa: E402
 import numpy as np  # noqa: E402
 from results_md import add_option, recorded  # noqa: E402  (benchmarks/ is sys.path[0])
 
+from bdsgd.cluster.server import replay  # noqa: E402
 from bdsgd.config import default_config  # noqa: E402
-from bdsgd.loop import replay  # noqa: E402
 from bdsgd.policies.build import make_policy  # noqa: E402
 from bdsgd.traces.schema import from_arrays  # noqa: E402
 

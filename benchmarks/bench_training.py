@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
+from bdsgd.cluster.cutoff import observation
 from bdsgd.config import SimulateConfig, default_config
-from bdsgd.cutoff import observation
 from bdsgd.policies.averaging import log_score
 from bdsgd.policies.model_predictor import ModelPredictor
 from bdsgd.runtime_model.checkpoint import load_model

@@ -10,9 +10,9 @@ abandoning or finishing their work.
 1. **Fit.** On the abandon jobs, each iteration's real wall time minus its compute (the c-th
    smallest delay: the virtual clock's tau with no communication) is what the server spent
    communicating; a least-squares line through (c + n) G (G = 4 bytes per parameter) gives the
-   single server's latency (intercept / 2) and bandwidth (1 / slope): ``bdsgd.network``'s ps
+   single server's latency (intercept / 2) and bandwidth (1 / slope): ``bdsgd.cluster.network``'s ps
    topology.
-2. **Replay.** Each job's cutoffs replayed through the virtual clock (``bdsgd.clock.SyncClock``,
+2. **Replay.** Each job's cutoffs replayed through the virtual clock (``bdsgd.cluster.clock.SyncClock``,
    the fitted network, the job's late mode) on the delays: virtual time and gradients per second
    against the real ones (the server's wall time, evaluation excluded). Goal: within 10 %.
 
@@ -97,8 +97,8 @@ def main() -> None:
 
 
 def bench(args) -> None:
-    from bdsgd.clock import replay_cutoffs
-    from bdsgd.network import Network
+    from bdsgd.cluster.clock import replay_cutoffs
+    from bdsgd.cluster.network import Network
     from bdsgd.tasks import task_gradient_bytes
 
     n = args.workers

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
+from bdsgd.cluster.cutoff import observation
 from bdsgd.config import from_dict
-from bdsgd.cutoff import observation
 from bdsgd.evaluation import evaluate_model
 from bdsgd.policies.model_predictor import ModelPredictor
 from bdsgd.runtime_model.checkpoint import load_model

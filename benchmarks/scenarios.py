@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
+from bdsgd.cluster.cutoff import throughput
 from bdsgd.config import SimulateConfig
-from bdsgd.cutoff import throughput
 from bdsgd.traces.describe import describe
 from bdsgd.traces.formats import import_trace
 from bdsgd.traces.simulate import simulate

@@ -12,7 +12,7 @@ import yaml
 
 import bdsgd.sgd as sgd
 import bdsgd.training.asynchronous as asynchronous
-from bdsgd.schedules import async_schedule as schedule
+from bdsgd.cluster.schedules import async_schedule as schedule
 from bdsgd.training import train_run
 from bdsgd.training.record import COLUMNS
 from tests.helpers import (
@@ -48,9 +48,11 @@ def slow_trace(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("scaling", ["none", "linear"])
 def test_equally_fast_workers_make_async_equal_to_sync(tmp_path, equal_trace, scaling):
-    """n updates at lr/n from the same parameters (all pull after the round's instant) are,
-    with momentum 0, one synchronous step at lr on the mean of the n gradients."""
-    cfg = make_cfg(max_iterations=4, eval_every=2, momentum=0.0, lr_scaling=scaling)
+    """n updates at lr/n (staleness_lr none) from the same parameters (all pull after the
+    round's instant) are, with momentum 0, one synchronous step at lr on the mean of the n
+    gradients."""
+    cfg = make_cfg(max_iterations=4, eval_every=2, momentum=0.0, lr_scaling=scaling,
+                   staleness_lr="none")
     sync = train_run(cfg, "digits", "sync", 0, equal_trace, tmp_path / "sync")
     async_ = train_run(cfg, "digits", "async", 0, equal_trace, tmp_path / "async")
     expected = torch.load(sync / "model.pt", weights_only=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.averaging import Averaged, log_score
 
 SCALE = 0.03

@@ -549,7 +549,8 @@ def results_folder(root: Path) -> Path:
         p: {"rule": None, "gradients_per_s": 3.0, "relative_to_oracle": 0.9, "mean_cutoff": 2.0,
             "cutoff_std": 0.5, "decision_ms_p50": 0.1, "decision_ms_p99": 0.2,
             "mean_iteration_s": 1.0} for p in ("sync", "static", "oracle")},
-        "trace": {"n_workers": 3, "runtime_median": 1.0, "time_unit": "s"}}))
+        "trace": {"n_workers": 3, "runtime_median": 1.0, "time_unit": "s",
+                  "in_seconds": True}}))
     pd.DataFrame([{"policy": p, "iteration": t, "cutoff": 1 + t % 3, "duration_s": 1.0 + t % 2}
                   for p in ("sync", "static", "oracle") for t in range(10)]).to_parquet(
         results / "throughput/sim/decisions.parquet")

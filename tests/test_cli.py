@@ -156,7 +156,10 @@ def test_throughput_contract(stages_by_hand):
     table = json.loads((hand / "results/tiny/throughput/sim/throughput.json").read_text())
     for name in ("sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "oracle"):
         assert set(table["policies"][name]) >= CONTRACT_KEYS, name
-    assert table["policies"]["oracle"]["relative_to_oracle"] == pytest.approx(1.0)
+    # late workers finish (the default): the hindsight plan of independent iterations is a
+    # reference the replay cannot beat, and reaches it only where no cut worker starts late
+    assert table["trace"]["late"] == "finish"
+    assert 0.5 < table["policies"]["oracle"]["relative_to_oracle"] <= 1.0
     decisions = pd.read_parquet(hand / "results/tiny/throughput/sim/decisions.parquet")
     assert {"policy", "iteration", "cutoff"} <= set(decisions.columns)
 

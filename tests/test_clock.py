@@ -1,22 +1,25 @@
-"""The virtual clock: communication from the network model (each topology by hand), late workers
-that abandon or finish (by hand), pushes queued on the server's link, the hindsight optimum
-with comm(c) against brute force, and the scaled compute clock of a training run."""
+"""The virtual cluster: communication from the network model (each topology by hand, the server's
+pipeline against an event simulation), late workers that abandon or finish (by hand), pushes
+queued on the server, the hindsight optimum against brute force, and one time base: the scaled
+compute clock of a training run and a replay's, which give one trace one regime."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from bdsgd.clock import Compute, SyncClock, replay_cutoffs
-from bdsgd.cutoff import hindsight_optimum, throughput
-from bdsgd.loop import replay
-from bdsgd.network import Network
+from bdsgd.cluster.clock import SyncClock, replay_cutoffs
+from bdsgd.cluster.compute import Compute
+from bdsgd.cluster.cutoff import hindsight_optimum, throughput
+from bdsgd.cluster.network import Network
+from bdsgd.cluster.schedules import arrivals
+from bdsgd.cluster.server import replay
 from bdsgd.policies import build
-from bdsgd.schedules import arrivals
 from bdsgd.traces.schema import from_arrays
 from tests.helpers import make_cfg, write
 
@@ -27,11 +30,51 @@ LINK = {"gradient_bytes": 1e6, "bandwidth_bytes_s": 1e9, "latency_s": 1e-4}
 @pytest.mark.parametrize("topology, shards, expected", [
     ("ps", 1, [2e-4 + (c + 4) * 1e-3 for c in (1, 2, 3, 4)]),
     ("sharded", 2, [2e-4 + (c + 4) * 0.5e-3 for c in (1, 2, 3, 4)]),
-    ("ring", 1, [0.0, 2 * (1e-4 + 0.5e-3), 4 * (1e-4 + 1e-3 / 3), 6 * (1e-4 + 0.25e-3)]),
+    ("ring", 1, [6 * (1e-4 + 0.25e-3)] * 4),  # over all n whatever c
 ])
-def test_comm_of_each_topology_by_hand(topology, shards, expected):
+def test_comm_of_bunched_arrivals_by_hand(topology, shards, expected):
+    """Gradients done at once queue for the server's link: c pushes in, then n copies out."""
     np.testing.assert_allclose(Network(topology, shards=shards, **LINK).comm(4), expected,
                                rtol=1e-12)
+
+
+def test_gradients_that_arrive_spread_out_cross_the_link_while_others_compute():
+    """Arrivals 10 ms apart and a 1 ms push: each gradient has crossed before the next is done,
+    so a cut saves the wait, not the pushes: D(c) = a_(c) + G/B + 2 L + n G/B."""
+    a = np.array([0.01, 0.02, 0.03, 0.04])
+    np.testing.assert_allclose(Network("ps", **LINK).durations(a), a + 1e-3 + 2e-4 + 4e-3,
+                               rtol=1e-12)
+
+
+def _event_line(a, s_in, h, latency):
+    """A server by events: the link takes the gradients in turn, then the adder in turn."""
+    link = add = -np.inf
+    out = []
+    for t in a:
+        link = max(t, link) + s_in
+        add = max(link + latency, add) + h
+        out.append(add)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_servers_pipeline_is_the_event_simulation(seed):
+    rng = np.random.default_rng(seed)
+    a = np.sort(rng.exponential(2e-3, size=9))
+    for gbyte_s in (0.5, 8.0):  # the adder the bottleneck, then the link
+        net = Network("ps", aggregate_bytes_s=gbyte_s * 1e9, update_bytes_s=2e9, **LINK)
+        tail = net.update_s + 1e-4 + 9 * 1e-3  # the step, then n copies out
+        np.testing.assert_allclose(net.durations(a), _event_line(a, 1e-3, net.aggregate_s, 1e-4)
+                                   + tail, rtol=1e-12)
+
+
+def test_a_ring_cannot_run_backup_workers_that_finish():
+    from bdsgd.cluster.virtual import build
+    from bdsgd.errors import UserError
+
+    cfg = make_cfg(network={"topology": "ring", "late": "finish"})
+    with pytest.raises(UserError, match="network.late: finish"):
+        build(cfg, from_arrays(np.ones((3, 3))), Network("ring", **LINK))
 
 
 def test_the_constant_topology_charges_comm_s_whatever_moves():
@@ -40,9 +83,9 @@ def test_the_constant_topology_charges_comm_s_whatever_moves():
     assert net.link_s == 0.0 and net.exchange_s == 0.05
 
 
-def test_an_asynchronous_push_holds_the_link_for_a_gradient_in_and_a_copy_out():
-    assert Network("ps", **LINK).link_s == pytest.approx(2e-3)
-    assert Network("sharded", shards=4, **LINK).link_s == pytest.approx(0.5e-3)
+def test_an_asynchronous_push_holds_a_full_duplex_link_for_one_gradient():
+    assert Network("ps", **LINK).link_s == pytest.approx(1e-3)
+    assert Network("sharded", shards=4, **LINK).link_s == pytest.approx(0.25e-3)
     assert Network("ps", **LINK).exchange_s == pytest.approx(2e-3 + 2e-4)
     with pytest.raises(ValueError, match="no server"):
         _ = Network("ring", **LINK).link_s
@@ -57,7 +100,7 @@ def test_pushes_queue_for_the_link_by_hand():
 
 
 def test_an_iteration_under_abandon_by_hand():
-    clock = SyncClock(np.full(3, 0.5), "abandon")
+    clock = SyncClock(np.full(3, 0.5), 3, "abandon")
     first = clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
     assert first.cutoff_time == 2.0 and first.duration == 2.5
     np.testing.assert_array_equal(first.runtimes, [1.0, 2.0, np.nan])
@@ -68,7 +111,7 @@ def test_an_iteration_under_abandon_by_hand():
 def test_an_iteration_under_finish_by_hand():
     """Worker 2 (4 s) is cut at tau = 2, the iteration ends at 2.5: it finishes 1.5 into the
     next one, which then waits for it."""
-    clock = SyncClock(np.full(3, 0.5), "finish")
+    clock = SyncClock(np.full(3, 0.5), 3, "finish")
     first = clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
     assert first.duration == 2.5 and not first.late.any()
     np.testing.assert_array_equal(clock.busy, [0.0, 0.0, 1.5])
@@ -87,7 +130,7 @@ def test_a_recorded_run_replayed_with_its_cutoffs_by_hand():
 
 
 def test_a_late_gradient_before_the_next_decision_is_observed_not_applied():
-    clock = SyncClock(np.full(3, 0.5), "finish")
+    clock = SyncClock(np.full(3, 0.5), 3, "finish")
     obs = clock.iteration(0, np.array([1.0, 2.0, 2.3]), 2)  # worker 2 arrives at 2.3 <= 2.5
     np.testing.assert_array_equal(obs.runtimes, [1.0, 2.0, 2.3])
     np.testing.assert_array_equal(obs.accepted, [True, True, False])
@@ -125,23 +168,22 @@ def test_a_scaled_clock_counts_the_trace_in_gradient_times():
 
 
 def test_a_run_on_the_scaled_clock_with_a_network_records_both(tmp_path):
-    """Given a gradient time, every iteration lasts f (tau + comm(c) / f) = f tau + comm(c)."""
+    """Given a gradient time, every iteration lasts D(c) of the run-times in seconds, f x."""
     from bdsgd.training import train_run
 
     x = np.random.default_rng(0).lognormal(size=(12, 4)) + 1.0
     trace = write(tmp_path, x)
     cfg = make_cfg(static_backups=1, max_iterations=6, eval_every=6, clock="scaled",
                    gradient_s=0.01, network={"topology": "ps", "bandwidth_gbit_s": 1.0,
-                                             "latency_s": 1e-4})
+                                             "latency_s": 1e-4, "late": "abandon"})
     out = train_run(cfg, task="digits", policy="static", seed=0, trace_path=trace,
                     out_dir=tmp_path / "run")
     result = json.loads((out / "result.json").read_text())
     clock, net = result["clock"], result["clock"]["network"]
     f = 0.01 / np.median(x)
     assert clock["clock"] == "scaled" and clock["seconds_per_trace_unit"] == pytest.approx(f)
-    comm = Network(**net).comm(4)[2]  # c = 3
     metrics = pd.read_parquet(out / "metrics.parquet")
-    expected = f * np.sort(x[:6], axis=1)[:, 2] + comm
+    expected = Network(**net).durations(f * np.sort(x[:6], axis=1))[:, 2]  # c = 3
     np.testing.assert_allclose(metrics["iteration_time_s"], expected, rtol=1e-9)
     assert net["gradient_bytes"] == 4 * (64 * 64 + 64 + 64 * 10 + 10)  # the digits MLP
 
@@ -160,7 +202,7 @@ def test_a_measured_gradient_time_is_recorded(tmp_path):
 def test_async_pushes_queue_on_the_servers_link_in_a_run(tmp_path):
     """An asynchronous run on a single server: its clock is the schedule whose pushes queue
     for the link (each exchange 2 G / B on it), and the result says which network it was."""
-    from bdsgd.schedules import async_schedule
+    from bdsgd.cluster.schedules import async_schedule
     from bdsgd.training import train_run
 
     x = np.random.default_rng(1).lognormal(size=(8, 4)) * 0.01
@@ -191,7 +233,7 @@ def test_worker_time_under_abandon_by_hand():
     """x = (1, 2, 4), c = 2, comm 0.5: D = 2.5, the three workers compute 1, 2 and 2.5 (cut,
     dropped at D); applied 1 + 2, dropped 2.5, idle 1.5 + 0.5. Then (1, 1, 1), c = 3: D = 1.5,
     applied 3, idle 1.5."""
-    clock = SyncClock(np.full(3, 0.5), "abandon")
+    clock = SyncClock(np.full(3, 0.5), 3, "abandon")
     clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
     np.testing.assert_allclose(clock.worker_s, [3.0, 2.5, 2.0])
     clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
@@ -202,7 +244,7 @@ def test_worker_time_under_finish_by_hand():
     """As above, but worker 2 finishes its cut gradient 1.5 into the next iteration: that
     iteration (c = 3) waits for its arrival at 2.5, D = 3; applied 3, dropped the stale 1.5,
     idle 2 + 2 + 0.5."""
-    clock = SyncClock(np.full(3, 0.5), "finish")
+    clock = SyncClock(np.full(3, 0.5), 3, "finish")
     clock.iteration(0, np.array([1.0, 2.0, 4.0]), 2)
     clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
     np.testing.assert_allclose(clock.worker_s, [6.0, 4.0, 6.5])
@@ -223,9 +265,40 @@ def test_a_late_worker_owes_one_gradient_at_most():
     """Under finish, a worker 5x slower than the cutoff's iterations works on one gradient at a
     time: busy through an iteration, it never starts that iteration's, so its lag stays below
     its run-time and waiting for it costs at most two of its gradients, however long it was cut."""
-    clock = SyncClock(np.zeros(3), "finish")
+    clock = SyncClock(np.zeros(3), 3, "finish")
     x = np.array([1.0, 1.0, 5.0])
     for t in range(50):
         clock.iteration(t, x, 2)
         assert clock.busy[2] < 5.0, t
     assert clock.iteration(50, x, 3).duration <= 10.0
+
+
+@pytest.mark.parametrize("source", ["alibaba-pai", "simulate"])
+def test_one_trace_on_one_network_is_one_regime_in_the_replay_and_in_a_run(tmp_path, source):
+    """The throughput replay and a convergence run of the same task, trace and network charge
+    communication against compute alike (``comm_to_compute``), a normalised PAI trace included;
+    without a gradient time the PAI trace's replay is the config's one-line error."""
+    from bdsgd.cluster.virtual import for_replay
+    from bdsgd.config import SimulateConfig
+    from bdsgd.errors import UserError
+    from bdsgd.throughput import run_benchmark
+    from bdsgd.traces.formats import import_trace
+    from bdsgd.traces.io import write_trace
+    from bdsgd.traces.simulate import simulate
+    from bdsgd.training import train_run
+
+    trace = (import_trace(Path(__file__).parent / "data/alibaba_pai_job_1_norm.csv", source)
+             if source == "alibaba-pai" else
+             simulate(SimulateConfig(workers=6, iterations=20), 0)[0])
+    path = write_trace(from_arrays(trace.runtimes[:20], trace.meta), tmp_path / "t.parquet")
+    network = {"topology": "ps", "bandwidth_gbit_s": 0.1, "task": "digits", "gradient_s": 0.02}
+    cfg = make_cfg(clock="scaled", gradient_s=0.02, max_iterations=3, eval_every=3,
+                   network=network)
+    replayed = run_benchmark(path, ["sync"], cfg=cfg)["trace"]["comm_to_compute"]
+    run = train_run(cfg, "digits", "sync", 0, path, tmp_path / "run")
+    trained = json.loads((run / "result.json").read_text())["clock"]["comm_to_compute"]
+    assert replayed == pytest.approx(trained, rel=1e-12) and replayed > 0.01
+    if source == "alibaba-pai":
+        bare = make_cfg(network={**network, "gradient_s": None})
+        with pytest.raises(UserError, match="network.gradient_s: the trace .* is in unit"):
+            for_replay(bare, trace)

@@ -35,8 +35,8 @@ def test_schema_policy_names_are_the_registrys():
     may be trained; the throughput stage replays all but the training mode cyclic."""
     import re
 
+    from bdsgd.cluster.schedules import MODES
     from bdsgd.policies import NAMES, VARIANTS, backups_of, spec
-    from bdsgd.schedules import MODES
 
     defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
     (trained_names, sweep, variants), (replayed_names, replayed_sweep) = (

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import bdsgd.sgd as sgd
-from bdsgd.schedules import async_schedule
-from bdsgd.schedules import cyclic_schedule as schedule
+from bdsgd.cluster.schedules import async_schedule
+from bdsgd.cluster.schedules import cyclic_schedule as schedule
 from bdsgd.training import train_run
 from bdsgd.training.record import COLUMNS
 from tests.helpers import N_WORKERS, STALENESS, T_ROWS, make_cfg, metrics, summary, write
@@ -79,7 +79,7 @@ def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
     one gradient at a time from the schedule)."""
     runtimes = np.random.default_rng(1).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
     path = write(tmp_path, runtimes)
-    cfg = make_cfg(max_iterations=3, eval_every=3, momentum=0.0)
+    cfg = make_cfg(max_iterations=3, eval_every=3, momentum=0.0, staleness_lr="none")
     run = train_run(cfg, "digits", "cyclic", 0, path, tmp_path / "run")
     m = metrics(run)
     assert list(m.columns) == list(COLUMNS) and m["iteration"].iloc[-1] == 3

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from bdsgd import plotting
-from bdsgd.clock import replay_cutoffs
+from bdsgd.cluster.clock import replay_cutoffs
+from bdsgd.cluster.schedules import MODES
 from bdsgd.errors import UserError
 from bdsgd.figures import (
     FALLBACK_COLOURS,
@@ -36,7 +37,6 @@ from bdsgd.figures.stats import block_ratio_interval, median_interval, time_to_t
 from bdsgd.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
-from bdsgd.schedules import MODES
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 
@@ -149,7 +149,8 @@ def results(tmp_path_factory) -> Path:
                "wasted_fraction": 0.02 * i, "decision_ms_p50": 0.01 * (i + 1),
                "decision_ms_p99": 0.03 * (i + 1), "mean_iteration_s": 1.5}
         for i, (name, rule) in enumerate(policies.items())},
-        "trace": {"n_workers": N_WORKERS, "runtime_median": 1.0, "time_unit": "s"}}))
+        "trace": {"n_workers": N_WORKERS, "runtime_median": 1.0, "time_unit": "s",
+                  "in_seconds": True}}))
     # a sampled recorded trace's iteration ids: from 500, every third
     pd.DataFrame([{"policy": p, "iteration": 500 + 3 * t, "cutoff": 1 + (t + i) % N_WORKERS,
                    "duration_s": 1.0 + 0.1 * ((t + i) % N_WORKERS) + 0.01 * (t % 7)}
@@ -617,11 +618,11 @@ def test_throughput_bars_from_zero_with_values_and_intervals(results, monkeypatc
                    lambda t, d, p, o: replay.throughput_bars(t, d, tmp_path / "b.png"))
     ax = fig.axes[0]
     bars = [p for p in ax.patches if p.get_height() > 0]
-    assert len(bars) == 5  # sync, static, bdsgd under each rule, explore-bdsgd: not the oracle
+    assert len(bars) == 6  # sync, static, bdsgd under each rule, explore-bdsgd, the oracle's plan
     assert ax.get_ylim()[0] == 0 and ax.get_ylabel() == "throughput / hindsight oracle"
     values = sorted(float(t.get_text()) for t in ax.texts)
     table, _ = render.load_throughput(results)
-    shown = table[~table["policy"].isin(["oracle", "async"])]["relative_to_oracle"]
+    shown = table[table["policy"] != "async"]["relative_to_oracle"]
     assert values == sorted(round(v, 3) for v in shown)
     assert sum(len(line.get_xdata()) == 2 for line in ax.get_lines()) >= len(bars)  # whiskers
     render.plt.close(fig)
@@ -667,7 +668,7 @@ def test_period_sweep_lines_and_the_fixed_reference(results, monkeypatch, tmp_pa
 
 def test_decision_overhead_against_the_iteration(results, monkeypatch, tmp_path):
     [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: replay.decision_overhead(
-        o, None, tmp_path / "d.png"))
+        o, tmp_path / "d.png"))
     ax = fig.axes[0]
     dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
     assert len(dots) == 5 and ax.get_yscale() == "log" and _labelled(ax)
@@ -676,12 +677,10 @@ def test_decision_overhead_against_the_iteration(results, monkeypatch, tmp_path)
     assert sync.get_color() == policy_colour("sync")
     assert sync.get_ydata()[0] == pytest.approx(0.01e-3 / 1.5)
     overhead = load_overhead(results)
-    assert "explore-bdsgd's" in replay.decision_overhead_answer(overhead, None)
-    # a normalised trace: its median run-time is one gradient time
-    normalised = overhead.assign(time_unit="normalised 0-1000", runtime_median=500.0)
-    seconds = replay.iteration_seconds(normalised, 0.05)
-    assert seconds.tolist() == pytest.approx([1.5 * 0.05 / 500] * len(overhead))
-    assert replay.iteration_seconds(normalised, None).isna().all()
+    assert "explore-bdsgd's" in replay.decision_overhead_answer(overhead)
+    # a replay without seconds (a normalised trace, no gradient time) is not drawn
+    assert replay.iteration_seconds(overhead).tolist() == pytest.approx([1.5] * len(overhead))
+    assert replay.iteration_seconds(overhead.assign(in_seconds=False)).isna().all()
     render.plt.close(fig)
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from bdsgd.cluster.cutoff import observation
 from bdsgd.config import SimulateConfig, default_config
-from bdsgd.cutoff import observation
 from bdsgd.policies.averaging import log_score
 from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import make_policy

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bdsgd.cluster.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum, observation, throughput
+from bdsgd.cluster.server import replay
 from bdsgd.config import default_config
-from bdsgd.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum, observation, throughput
-from bdsgd.loop import replay
 from bdsgd.policies.base import PredictivePolicy, decide
 from bdsgd.policies.baselines import Scripted
 from bdsgd.policies.build import make_policy, warm_up

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import bdsgd.training.synchronous as synchronous
-from bdsgd.schedules import async_schedule, cyclic_schedule
-from bdsgd.sgd import backward, noise_step, sgd_step, take_gradient
+from bdsgd.cluster.schedules import async_schedule, cyclic_schedule
+from bdsgd.sgd import STALENESS_LR, apply_gradient, backward, noise_step, sgd_step, take_gradient
 from bdsgd.tasks import load_task
 from bdsgd.training import train_run
 from tests.helpers import (
@@ -110,17 +110,37 @@ def test_the_progress_objective_learns_the_noise_scale_and_resumes(tmp_path, mon
     assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
 
 
+def test_a_round_of_async_moves_as_far_as_a_synchronous_step(tmp_path):
+    """Equal run-times out of step (the first gradients staggered), momentum 0, a model whose
+    gradient does not depend on the parameters (a linear loss): after the first round every
+    gradient is n - 1 updates stale, and a round of n staleness-aware updates moves the
+    parameters by lr x the mean of the n gradients, exactly one synchronous step."""
+    n, lr = 5, 0.1
+    runtimes = np.ones((8, n))
+    runtimes[0] += np.arange(n) / n  # staggered starts, then equally fast
+    sched = async_schedule(runtimes, 0.0, 6 * n)
+    assert (sched.staleness[n:] == n - 1).all()
+    share = STALENESS_LR["inverse"](sched.staleness, n)
+    model = torch.nn.Linear(3, 1, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0)
+    grads = torch.randn(n, 3)  # worker w's gradient, the same at any parameters
+    before = model.weight.detach().clone()
+    for u in range(n, 2 * n):  # the second round
+        apply_gradient(model, optimizer, [grads[sched.worker[u]].reshape(1, 3) * float(share[u])])
+    torch.testing.assert_close(model.weight.detach() - before, -lr * grads.mean(0).reshape(1, 3))
+
+
 @pytest.mark.parametrize("mode", ["async", "cyclic"])
 def test_staleness_scaled_learning_rate(tmp_path, mode):
-    """train.staleness_lr inverse: each gradient's rate is lr / (n max(1, staleness)); the rows
-    report the mean rate of their gradients, and the run moves less than at lr / n."""
+    """train.staleness_lr inverse: each gradient's rate is lr / (staleness + 1); the rows report
+    the mean rate of their gradients, and the run differs from one at lr / n."""
     runtimes = np.random.default_rng(2).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
     path = write(tmp_path, runtimes, "trace")
     runs = {how: train_run(make_cfg(max_iterations=4, eval_every=4, staleness_lr=how), "digits",
                            mode, 0, path, tmp_path / how) for how in ("none", "inverse")}
     sched = (async_schedule if mode == "async" else cyclic_schedule)(runtimes, 0.05,
                                                                   4 * N_WORKERS)
-    per_gradient = 0.1 / N_WORKERS / np.maximum(1, sched.staleness)
+    per_gradient = 0.1 / (sched.staleness + 1)
     rows = np.cumsum(metrics(runs["inverse"])["gradients"].to_numpy())
     expected = [per_gradient[a:b].mean() for a, b in zip([0, *rows[:-1]], rows, strict=True)]
     np.testing.assert_allclose(metrics(runs["inverse"])["lr"], expected)

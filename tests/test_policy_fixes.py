@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from bdsgd import throughput as throughput_module
 from bdsgd.cli import main
+from bdsgd.cluster.cutoff import observation
+from bdsgd.cluster.server import replay
 from bdsgd.config import default_config, from_dict
-from bdsgd.cutoff import observation
-from bdsgd.loop import replay
 from bdsgd.policies import order_stats
 from bdsgd.policies.baselines import Static
 from bdsgd.policies.build import build_policy
@@ -119,14 +118,16 @@ def small_trace(tmp_path):
 
 
 def test_throughput_runs_on_the_threads_asked_and_records_them(small_trace, monkeypatch):
+    from bdsgd.cluster.virtual import VirtualCluster
+
     seen = []
-    real = throughput_module.replay
+    real = VirtualCluster.replay
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(throughput_module, "replay", spy)
+    monkeypatch.setattr(VirtualCluster, "replay", spy)
     before = torch.get_num_threads()
     asked = 2 if before == 1 else 1
     result = run_benchmark(small_trace, ["sync", "ecdf", "async"], rule="both", threads=asked)

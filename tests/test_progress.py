@@ -4,8 +4,8 @@ reduce to the throughput rule exactly when asked to."""
 import numpy as np
 import pytest
 
+from bdsgd.cluster.cutoff import observation
 from bdsgd.config import default_config, from_dict
-from bdsgd.cutoff import observation
 from bdsgd.errors import UserError
 from bdsgd.policies.base import PredictivePolicy, decide
 from bdsgd.policies.build import make_policy

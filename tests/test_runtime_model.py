@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy.stats import exponnorm, norm
 
+from bdsgd.cluster.cutoff import Observation, observation
 from bdsgd.config import ModelConfig, SimulateConfig, from_dict
-from bdsgd.cutoff import Observation, observation
 from bdsgd.errors import UserError
 from bdsgd.evaluation import evaluate_model
 from bdsgd.policies.build import make_policy

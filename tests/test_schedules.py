@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bdsgd.schedules import async_reference, async_schedule
+from bdsgd.cluster.schedules import async_reference, async_schedule
 from bdsgd.throughput import run_benchmark
 from bdsgd.traces.formats import import_trace
 from bdsgd.traces.io import write_trace

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-import bdsgd.loop as loop
-from bdsgd.clock import SyncClock
-from bdsgd.cutoff import observation
-from bdsgd.loop import Server, catch_up
+import bdsgd.cluster.server as loop
+from bdsgd.cluster.clock import SyncClock
+from bdsgd.cluster.cutoff import observation
+from bdsgd.cluster.server import Server, catch_up
 
 
 class FakeClock:
@@ -62,14 +62,14 @@ def test_a_step_charges_choose_and_observe_but_not_the_iteration(clock):
 
 def test_a_cutoff_outside_one_to_n_is_refused(clock):
     with pytest.raises(ValueError, match="outside 1..3"):
-        Server(Slow(clock, c=4), 3).step_trace(0, np.ones(3), SyncClock(np.zeros(3)))
+        Server(Slow(clock, c=4), 3).step_trace(0, np.ones(3), SyncClock(np.zeros(3), 3))
 
 
 def test_catch_up_replays_and_checks_the_recorded_cutoffs(clock):
     x = np.arange(12.0).reshape(4, 3)
     policy = Slow(clock)
-    catch_up(policy, x, [2, 2, 2, 2, 2], SyncClock(np.zeros(3)))  # rows cycle: iteration 4 is row 0 again
+    catch_up(policy, x, [2, 2, 2, 2, 2], SyncClock(np.zeros(3), 3))  # rows cycle: iteration 4 is row 0 again
     assert [o.t for o in policy.seen] == [0, 1, 2, 3, 4]
     np.testing.assert_array_equal(policy.seen[4].runtimes, [0.0, 1.0, np.nan])
     with pytest.raises(RuntimeError, match="not deterministic"):
-        catch_up(Slow(clock), x, [2, 3], SyncClock(np.zeros(3)))
+        catch_up(Slow(clock), x, [2, 3], SyncClock(np.zeros(3), 3))

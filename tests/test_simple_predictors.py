@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from bdsgd.cluster.cutoff import observation
+from bdsgd.cluster.server import replay
 from bdsgd.config import default_config
-from bdsgd.cutoff import observation
-from bdsgd.loop import replay
 from bdsgd.policies.build import make_policy, warm_up
 from bdsgd.policies.predictors import MIN_RESIDUALS, PerWorkerLevel
 from bdsgd.traces.schema import from_arrays

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from bdsgd.cluster.cutoff import observation
 from bdsgd.config import SimulateConfig
-from bdsgd.cutoff import observation
 from bdsgd.errors import UserError
 from bdsgd.policies.predictors import TruthPredictor
 from bdsgd.schema import SCHEMA_PATH

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bdsgd.loop as loop
+import bdsgd.cluster.server as loop
 from bdsgd.cli import main
 from bdsgd.errors import UserError
 from bdsgd.policies.build import make_policy, warm_up
@@ -83,7 +83,7 @@ def test_union_batch_gradient_equals_mean_of_worker_gradients(make_model, shape)
 
 
 def test_clock_and_cutoffs_follow_the_trace_under_sync_and_static(tmp_path, trace_path):
-    cfg = make_cfg()
+    cfg = make_cfg(network={"late": "abandon"})
     runtimes = np.sort(np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS)), axis=1)
     rows = np.arange(30) % T_ROWS  # 30 iterations cycle the 12-row trace 2.5 times
     for policy, c in (("sync", N_WORKERS), ("static", N_WORKERS - 2)):
@@ -265,7 +265,7 @@ def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_pat
     from bdsgd.runtime_model.model import RuntimeModel
 
     model_path = tmp_path / "model.pt"
-    cfg = make_cfg(max_iterations=12, charge_decision_time=True)
+    cfg = make_cfg(max_iterations=12, charge_decision_time=True, network={"late": "abandon"})
     torch.save(checkpoint(RuntimeModel(cfg.model, N_WORKERS)), model_path)
     clock = {"ns": 0}
     monkeypatch.setattr(loop, "perf_counter_ns", lambda: clock["ns"])

@@ -1,7 +1,7 @@
 """Real distributed training with cutoffs: a parameter server on torch.distributed.
 
 Rank 0 is the server, ranks 1..n the workers. One iteration t, through the same server loop
-as the virtual trainer (``bdsgd.loop.Server.step``: the policy chooses c_t, the iteration
+as the virtual trainer (``bdsgd.cluster.server.Server.step``: the policy chooses c_t, the iteration
 runs, the policy observes):
 
     server   sends (t, theta_t) to every idle live worker, starts the clock
@@ -50,7 +50,7 @@ children stopped on exit or Ctrl-C); under SLURM the same module runs as one sru
 tasks, ranks and rendezvous from SLURM's environment (``bdsgd.devices.rank_env``).
 
 Beside its result, metrics and trace, the server writes the virtual clock's run of its own record
-(result.replay.parquet: per iteration the cutoff and duration ``bdsgd.loop.replay_runtimes`` gives
+(result.replay.parquet: per iteration the cutoff and duration ``bdsgd.cluster.server.replay_runtimes`` gives
 a fresh policy on the recorded run-times), the real run and its replay side by side for
 ``bdsgd figures``.
 

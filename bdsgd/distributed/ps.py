@@ -1,4 +1,4 @@
-"""The parameter server (rank 0): iterations through ``bdsgd.loop.Server.step``, over real
+"""The parameter server (rank 0): iterations through ``bdsgd.cluster.server.Server.step``, over real
 workers. The protocol and its rules are in ``bdsgd.distributed``'s docstring.
 
 One listener thread per worker receives its messages into one queue, so the loop below waits on
@@ -24,12 +24,12 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
 from bdsgd import tracking
-from bdsgd.clock import replay_cutoffs
+from bdsgd.cluster.clock import replay_cutoffs
 from bdsgd.config import Config
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
 from bdsgd.io import write_json, write_with
-from bdsgd.loop import Server, replay_runtimes
+from bdsgd.cluster.server import Server, replay_runtimes
 from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.provenance import stamp
@@ -118,8 +118,8 @@ class ParameterServer:
     def _replay(self, cutoffs: np.ndarray) -> pd.DataFrame:
         """The virtual clock on this job's recorded run-times, its late mode and no communication
         of its own (it is in the run-times), per iteration: virtual_s, the duration with the
-        cutoffs the server applied (``bdsgd.clock.replay_cutoffs``), and replay_cutoff and
-        replay_s, a fresh policy's own run (``bdsgd.loop.replay_runtimes``). Where that waits
+        cutoffs the server applied (``bdsgd.cluster.clock.replay_cutoffs``), and replay_cutoff and
+        replay_s, a fresh policy's own run (``bdsgd.cluster.server.replay_runtimes``). Where that waits
         for more gradients than the server took, it reads censored values: lower bounds."""
         x, late = self.runtimes, self.job.late
         own = replay_runtimes(x, self._fresh_policy(), 0.0, late)

@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from bdsgd.cluster.schedules import MODES
 from bdsgd.figures.common import bar_style as _bar_style
 from bdsgd.figures.common import policy_colour, policy_style
 from bdsgd.figures.stats import time_to_target_stats
 from bdsgd.plotting import save_figure, unit_label
-from bdsgd.schedules import MODES
 
 BAND_POINTS = 200  # grid points a curve over seeds is interpolated onto
 

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from bdsgd.config import CENSORING, LATE
+from bdsgd.cluster.clock import LATE
+from bdsgd.config import CENSORING
 from bdsgd.errors import UserError
 from bdsgd.layout import ANY, Layout
 from bdsgd.traces.io import META_KEY, read_trace
@@ -43,9 +44,10 @@ ABLATED = ("forecast_s", "realised_s")  # and, of an ablation's decisions
 PERIOD_SWEEP_COLUMNS = ["trace", "period", "policy", "gradients_per_s", "relative_to_oracle",
                         "mean_cutoff"]
 # Per policy and trace: the decision latencies (wall-clock, kept out of the tables), the
-# iteration they are measured against, and what the trace says about its run-times.
+# iteration they are measured against (seconds where the replay's cluster had seconds:
+# ``bdsgd.cluster.compute``) and the workers.
 OVERHEAD_COLUMNS = ["trace", "policy", "decision_ms_p50", "decision_ms_p99", "mean_iteration_s",
-                    "n_workers", "runtime_median", "time_unit"]
+                    "n_workers", "in_seconds"]
 PREDICTIONS = ("order", "iteration", "predicted_mean", "lo90", "hi90", "realised")
 DISTRIBUTED_METRICS = ("iteration", "wall_time_s", "cutoff")
 DISTRIBUTED_REPLAY = ("iteration", "virtual_s", "replay_cutoff", "replay_s")
@@ -228,10 +230,12 @@ def load_overhead(results_dir: Path) -> pd.DataFrame:
     rows, layout = [], Layout(str(results_dir))
     for path in need(layout.find(layout.throughput(ANY)), results_dir, "throughput"):
         trace = read_json(path, "trace")
-        for key in ("n_workers", "runtime_median"):
-            if not isinstance(trace.get(key), numbers.Real):
-                raise UserError(str(path), f"trace.{key}", f"missing or not a number: "
-                                f"{trace.get(key)!r}")
+        if not isinstance(trace.get("n_workers"), numbers.Real):
+            raise UserError(str(path), "trace.n_workers", f"missing or not a number: "
+                            f"{trace.get('n_workers')!r}")
+        if not isinstance(trace.get("in_seconds"), bool):
+            raise UserError(str(path), "trace.in_seconds", f"missing or not true/false: "
+                            f"{trace.get('in_seconds')!r}")
         for name, entry in read_json(path, "policies").items():
             if "/" in name or name == "async":
                 continue
@@ -241,18 +245,8 @@ def load_overhead(results_dir: Path) -> pd.DataFrame:
                                     f"missing or not a number: {entry.get(key)!r}")
             rows.append({"trace": path.parent.name, "policy": name,
                          **{k: entry[k] for k in OVERHEAD_COLUMNS[2:5]},
-                         "n_workers": trace["n_workers"], "runtime_median": trace["runtime_median"],
-                         "time_unit": str(trace.get("time_unit", "s"))})
+                         "n_workers": trace["n_workers"], "in_seconds": trace["in_seconds"]})
     return pd.DataFrame(rows, columns=OVERHEAD_COLUMNS)
-
-
-def gradient_s(results_dir: Path) -> float | None:
-    """The experiment's train.gradient_s (seconds of one worker batch, which a trace in
-    normalised units is scaled to; results/<experiment>/config.yaml), or None where it sets
-    none."""
-    train = _config(results_dir).get("train")
-    value = train.get("gradient_s") if isinstance(train, dict) else None
-    return float(value) if isinstance(value, numbers.Real) and value > 0 else None
 
 
 def load_replay_ablations(results_dir: Path) -> list[tuple[str, str, str, dict, pd.DataFrame]]:

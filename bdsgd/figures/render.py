@@ -61,7 +61,6 @@ from bdsgd.figures.distributed import (  # noqa: E402
 from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns: render's API too
     SUMMARY_COLUMNS,
     THROUGHPUT_COLUMNS,
-    gradient_s,
     load_comm_sweep,
     load_distributed,
     load_note,
@@ -210,7 +209,7 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
 
 def load_all(results_dir: Path) -> tuple:
     """Every input of the figures, read and checked (a bad one is a UserError): (summary,
-    metrics, throughput table, decisions, comm sweep, period sweep, decision times, gradient_s,
+    metrics, throughput table, decisions, comm sweep, period sweep, decision times,
     time unit by trace, traces, predictions, replay ablations, convergence ablations, jobs)."""
     if not results_dir.is_dir():
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
@@ -218,14 +217,14 @@ def load_all(results_dir: Path) -> tuple:
     table, decisions = load_throughput(results_dir)
     units = {trace: _time_unit(results_dir, trace) for trace in table["trace"].unique()}
     return (summary, metrics, table, decisions, load_comm_sweep(results_dir),
-            load_period_sweep(results_dir), load_overhead(results_dir), gradient_s(results_dir),
+            load_period_sweep(results_dir), load_overhead(results_dir),
             units, load_traces(results_dir), load_predictions(results_dir),
             replay_ablations.ablation_table(load_replay_ablations(results_dir)),
             ablation_table(summary), load_distributed(results_dir))
 
 
 def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
-    (summary, metrics, table, decisions, sweep, periods, overhead, seconds, units, traces,
+    (summary, metrics, table, decisions, sweep, periods, overhead, units, traces,
      predictions, replayed, ablated, jobs) = load_all(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
@@ -241,7 +240,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *replay.worker_time(table, path["worker_time"]),
         *_write_csv(periods, path["period_sweep_summary"]),
         *replay.period_sweep(periods, path["period_sweep"]),
-        *replay.decision_overhead(overhead, seconds, path["decision_overhead"]),
+        *replay.decision_overhead(overhead, path["decision_overhead"]),
         *_write_csv(sweep, path["comm_sweep_summary"]),
         *comm_sweep(sweep, path["comm_sweep"]),
         *runtime_distributions(results_dir, path["runtime_distributions"], traces),
@@ -264,7 +263,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         "throughput_over_time": replay.throughput_over_time_answer(decisions),
         "worker_time": replay.worker_time_answer(table),
         "period_sweep": replay.period_sweep_answer(periods),
-        "decision_overhead": replay.decision_overhead_answer(overhead, seconds),
+        "decision_overhead": replay.decision_overhead_answer(overhead),
         "censoring": replay_ablations.censoring_answer(replayed),
         "data_value": replay_ablations.data_value_answer(replayed),
         "ablations": ablations_answer(ablated),

@@ -21,11 +21,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from bdsgd.cluster.schedules import MODES
 from bdsgd.figures.common import bar_style as _bar_style
 from bdsgd.figures.common import policy_style
 from bdsgd.figures.stats import BLOCKS, block_ratio_interval
 from bdsgd.plotting import save_figure
-from bdsgd.schedules import MODES
 
 WINDOW = 20  # iterations of a rolling window (as cutoff_over_time's)
 COLUMNS = 4  # panels per row of a small-multiples figure
@@ -67,14 +67,18 @@ def _replay(decisions: pd.DataFrame, trace: str, name: str) -> pd.DataFrame | No
 
 
 def throughput_intervals(table: pd.DataFrame, decisions: pd.DataFrame) -> pd.DataFrame:
-    """The cutoff policies' rows with the batch-means interval (low, high) of their throughput
-    over the hindsight oracle's (``block_ratio_interval``); NaN where the oracle was not
-    replayed."""
-    rows, bounds = _cutoff_rows(table), []
+    """The cutoff policies' rows, the hindsight oracle's included, with the batch-means interval
+    (low, high) of their throughput over the hindsight optimum's: their ratio to the replayed
+    oracle plan (``block_ratio_interval``) times that plan's share of the optimum, which is 1
+    where late workers abandon their work and may fall short where they finish it; NaN where
+    the oracle was not replayed."""
+    rows, bounds = _cutoff_rows(table, oracle=True), []
+    plan = table[table["policy"] == "oracle"].set_index("trace")["relative_to_oracle"]
     for row in rows.itertuples():
         own, ref = (_replay(decisions, row.trace, name) for name in (row.decision, "oracle"))
-        bounds.append((np.nan, np.nan) if own is None or ref is None else block_ratio_interval(
-            own["cutoff"], own["duration_s"], ref["cutoff"], ref["duration_s"]))
+        bounds.append((np.nan, np.nan) if own is None or ref is None else tuple(
+            plan[row.trace] * np.asarray(block_ratio_interval(
+                own["cutoff"], own["duration_s"], ref["cutoff"], ref["duration_s"]))))
     return rows.assign(low=[b[0] for b in bounds], high=[b[1] for b in bounds])
 
 
@@ -292,20 +296,16 @@ def period_sweep_answer(sweep: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def iteration_seconds(overhead: pd.DataFrame, gradient_s: float | None) -> pd.Series:
-    """Each row's mean iteration in seconds: as replayed for a trace in seconds; for a trace in
-    normalised units, scaled as the virtual cluster scales it (``bdsgd.clock``, scaled): the
-    median run-time is one gradient time g (train.gradient_s), NaN without one."""
-    scale = overhead["time_unit"].eq("s").astype(float)
-    if gradient_s is not None:
-        scale = scale.where(scale > 0, gradient_s / overhead["runtime_median"])
-    return overhead["mean_iteration_s"] * scale.where(scale > 0)
+def iteration_seconds(overhead: pd.DataFrame) -> pd.Series:
+    """Each row's mean iteration in seconds, as the replay's virtual cluster timed it; NaN where
+    it had no seconds (a normalised trace without network.gradient_s)."""
+    return overhead["mean_iteration_s"].where(overhead["in_seconds"].astype(bool))
 
 
-def decision_overhead(overhead: pd.DataFrame, gradient_s: float | None, path: Path) -> list[Path]:
+def decision_overhead(overhead: pd.DataFrame, path: Path) -> list[Path]:
     """Per trace: each policy's median decision time over its mean iteration time (dot, value
     written) and its 99th percentile's (tick), on a log scale."""
-    overhead = overhead.assign(iteration=iteration_seconds(overhead, gradient_s))
+    overhead = overhead.assign(iteration=iteration_seconds(overhead))
     if overhead.empty:
         return _nothing(path, "no cutoff policy was replayed")
     traces = sorted(overhead["trace"].unique())
@@ -327,10 +327,9 @@ def decision_overhead(overhead: pd.DataFrame, gradient_s: float | None, path: Pa
                         ha="center", fontsize=7)
         ax.set_xticks(range(len(sub)), sub["policy"].str.replace("-", "-\n", n=1, regex=False),
                       fontsize=8)
-        unit, n = sub["time_unit"].iloc[0], int(sub["n_workers"].iloc[0])
-        basis = ("iterations as replayed, in s" if unit == "s" else
-                 f"median run-time = train.gradient_s = {gradient_s} s" if gradient_s else
-                 "no gradient time: not drawn")
+        n = int(sub["n_workers"].iloc[0])
+        basis = ("iterations as the replay's virtual cluster timed them, in s"
+                 if sub["in_seconds"].iloc[0] else "no seconds (network.gradient_s): not drawn")
         ax.set(yscale="log", ylabel="decision time / iteration time",
                title=f"{trace} (n = {n}): decision time per iteration, median (dot) and 99th "
                      f"percentile (tick)\n{basis}")
@@ -338,10 +337,10 @@ def decision_overhead(overhead: pd.DataFrame, gradient_s: float | None, path: Pa
     return save_figure(fig, path)
 
 
-def decision_overhead_answer(overhead: pd.DataFrame, gradient_s: float | None) -> str:
+def decision_overhead_answer(overhead: pd.DataFrame) -> str:
     """Per trace: the slowest policy's median and 99th-percentile decision time against the
     iteration."""
-    overhead = overhead.assign(iteration=iteration_seconds(overhead, gradient_s))
+    overhead = overhead.assign(iteration=iteration_seconds(overhead))
     parts = []
     for trace, sub in overhead.dropna(subset=["iteration"]).groupby("trace"):
         r = sub.loc[sub["decision_ms_p50"].idxmax()]

@@ -10,7 +10,7 @@ references only), static-<p>pct (Chen et al.'s backup workers at p % of n, for t
 beside ``static``'s configured count), explore-<name> around any causal one, and
 <name>+<variant> (``VARIANTS``): a policy trained under other train: settings, an arm of its own
 beside the plain one. ``async`` and ``cyclic`` are training modes, not cutoff policies
-(``bdsgd.schedules.MODES``). The CLI, the trainers and the workflow ask ``spec`` and nothing
+(``bdsgd.cluster.schedules.MODES``). The CLI, the trainers and the workflow ask ``spec`` and nothing
 else whether a policy needs a model, the truth or a warm-up history.
 
 This module imports none of its submodules (they import ``RULES`` from it): the CLI's --help and
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from bdsgd.cluster.schedules import is_mode
 
 RULES = ("rate", "ratio")  # the decision rules of a predictive policy (policies.base.decide)
 
@@ -132,7 +134,7 @@ def model_files(policies) -> list[str]:
     """The run-time models (files under models/<trace>/) that ``policies`` read: model.pt
     (bdsgd, bdsgd-model), paper.pt (bdsgd-paper: ``bdsgd model train --paper``). The training
     modes async and cyclic read none."""
-    needs = [spec(p) for p in policies if p not in ("async", "cyclic")]
+    needs = [spec(p) for p in policies if not is_mode(p)]
     return [file for file, paper in (("model.pt", False), ("paper.pt", True))
             if any(need.needs_model and need.paper == paper for need in needs)]
 

@@ -3,8 +3,8 @@
 Before iteration t a policy picks c_t in 1..n: the parameter server will wait for the first c_t
 gradients and discard the rest. Afterwards it sees only what a parameter server sees: the
 run-times of the c_t workers that made the cutoff, and, for the others, only that they ran
-longer than the cutoff time tau_t = x_t,(c_t) (censored): ``bdsgd.cutoff.Observation``. The server
-loop (``bdsgd.loop``) builds it; no policy ever receives a censored value.
+longer than the cutoff time tau_t = x_t,(c_t) (censored): ``bdsgd.cluster.cutoff.Observation``. The server
+loop (``bdsgd.cluster.server``) builds it; no policy ever receives a censored value.
 
 A predictive policy is a ``Predictor`` of next iteration's expected order statistics
 E[x_(1)] <= ... <= E[x_(n)] combined with a decision rule (``ratio`` or ``rate``), so that
@@ -17,7 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
+from bdsgd.cluster.network import durations
 from bdsgd.policies import RULES
 from bdsgd.policies.progress import OBJECTIVES, GradientNoise, worth
 
@@ -63,14 +64,15 @@ class Predictor(Protocol):
         """Update on an iteration's censored observation."""
 
 
-def decide(expected: np.ndarray, rule: str, rate: float | None,
-           comm: float | np.ndarray = 0.0, min_gain: float = 0.0,
+def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_gain: float = 0.0,
            worth: np.ndarray | None = None) -> int:
-    """Turn predicted order statistics into a cutoff; ``comm`` is comm(c), the communication
-    time of each cutoff (``bdsgd.network``), or one number for all.
+    """Turn predicted order statistics into a cutoff. ``comm`` is the cluster's network
+    (``bdsgd.cluster.network.durations``): D(c), when an iteration that waits for c gradients
+    ends, is taken at the forecast arrivals E[x_(1..n)], so the communication a cut saves follows
+    how spread out the forecast arrivals are.
 
-    ``ratio`` (the paper's): c* = argmax_c c / (E[x_(c)] + comm(c)).
-    ``rate`` (renewal-reward): c* = argmax_c c - lambda_hat (E[x_(c)] + comm(c)), with lambda_hat the
+    ``ratio`` (the paper's): c* = argmax_c c / D(c).
+    ``rate`` (renewal-reward): c* = argmax_c c - lambda_hat D(c), with lambda_hat the
     throughput achieved so far; long-run throughput is a ratio of expectations, which this rule
     maximises when decisions do not change the cluster's future. Before any iteration has
     finished (``rate`` is None) it falls back to ``ratio``.
@@ -95,7 +97,7 @@ def decide(expected: np.ndarray, rule: str, rate: float | None,
         if worth.shape != (n,):
             raise ValueError(f"worth must have shape ({n},), got {worth.shape}")
         counted = worth - min_gain * (worth[-1] - worth)
-    cost = np.asarray(expected, dtype=float) + comm
+    cost = durations(comm, expected)
     if rule == "rate" and rate is not None:
         score = counted - rate * cost
     elif rule in ("rate", "ratio"):

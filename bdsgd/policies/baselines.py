@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
 
 
 class Sync:

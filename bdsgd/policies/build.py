@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bdsgd.cluster.cutoff import observation
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
-from bdsgd.cutoff import comm_at, observation
 from bdsgd.errors import UserError
 from bdsgd.policies import Spec, backups_of, spec, variant
 
@@ -156,7 +156,7 @@ def warm_up(policy: Policy, history: Trace, comm: float | np.ndarray = 0.0) -> N
     server that has been running (and gathering the training trace) would have seen them."""
     n = history.n_workers
     for t, row in enumerate(history.runtimes):
-        policy.observe(observation(t - history.n_iterations, row, n, float(comm_at(comm, n))))
+        policy.observe(observation(t - history.n_iterations, row, n, comm))
 
 
 def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | None = None,
@@ -172,7 +172,7 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     inside explore-<p>'s wrapper, which may still wait for every worker on any iteration)."""
     # The policies themselves (scipy, torch) load here, not with the registry: the CLI's --help
     # and every workflow parse read the registry only.
-    from bdsgd.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum
+    from bdsgd.cluster.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum
     from bdsgd.policies.base import PredictivePolicy
     from bdsgd.policies.baselines import Scripted, Static, Sync
     from bdsgd.policies.explore import Explore

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import Policy, use_idle_time
 
 

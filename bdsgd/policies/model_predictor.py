@@ -13,7 +13,7 @@ import copy
 import numpy as np
 import torch
 
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import draw_count
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel

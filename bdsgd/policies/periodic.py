@@ -8,7 +8,7 @@ cluster) become rarer. k = 1 is the plain policy.
 
 from __future__ import annotations
 
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import PredictivePolicy, use_idle_time
 
 

@@ -27,7 +27,7 @@ from collections import deque
 import numpy as np
 from scipy.special import erfcx
 
-from bdsgd.cutoff import Observation
+from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies import order_stats
 from bdsgd.policies.base import draw_count
 

@@ -21,8 +21,8 @@ The worth of cutoff c is that ratio in gradient units, worth(c) = n (2 s - s^2 r
 -> inf (every gradient counts alike: the throughput rule exactly) and up to c (2n - c) / n as
 B_noise -> 0 (a small batch's step is as useful, only shorter). Under lr_scaling none and no
 noise every c is worth n: take the fastest. The decision rules (``bdsgd.policies.base.decide``)
-then maximise worth(c) / (E[x_(c)] + comm) (ratio) or worth(c) - lambda_hat (E[x_(c)] + comm)
-(rate), with lambda_hat the recent worth per second.
+then maximise worth(c) / D(c) (ratio) or worth(c) - lambda_hat D(c) (rate), D(c) the
+network's end of an iteration at the forecast arrivals, with lambda_hat the recent worth per second.
 
 Estimating B_noise (McCandlish et al., Appendix A). For a gradient average G_B over B samples,
 E|G_B|^2 = |g|^2 + tr(Sigma) / B. Each iteration the trainer gives the server two averages

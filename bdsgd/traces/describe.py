@@ -2,7 +2,7 @@
 
 Per iteration t the coefficient of variation across workers is CoV_t = sd(x_t) / mean(x_t)
 (population sd, ddof = 0), the spread a cutoff policy can exploit. ``frac_best_cutoff_below_n``
-is the fraction of iterations in which the exact hindsight optimum (``bdsgd.cutoff``) waits for
+is the fraction of iterations in which the exact hindsight optimum (``bdsgd.cluster.cutoff``) waits for
 fewer than all n workers: how often dropping stragglers would have paid off at all.
 
 Censored run-times are lower bounds; they enter the statistics as recorded and
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bdsgd.cutoff import hindsight_optimum, throughput
+from bdsgd.cluster.cutoff import hindsight_optimum, throughput
 from bdsgd.traces.schema import Trace
 
 

@@ -161,8 +161,9 @@ def metrics_summary(metrics: pd.DataFrame, target: float) -> dict:
 def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace_path, history_path,
                   out_dir: Path, wallclock: dict, extra: dict | None = None,
                   clock: dict | None = None) -> dict:
-    """metrics.parquet, model.pt and result.json (``extra``: more summary keys; ``clock``: the
-    virtual clock's, ``bdsgd.training.run.clock_record``); removes the checkpoint.
+    """metrics.parquet, model.pt and result.json (``extra``: the mode's summary keys; ``clock``:
+    the virtual cluster's, ``bdsgd.cluster.virtual.VirtualCluster.record``); removes the
+    checkpoint.
     ``wallclock``: this process's timings, after the common note."""
     task, policy, seed = (run.identity[k] for k in ("task", "policy", "seed"))
     T, n = run.trace.runtimes.shape
@@ -189,16 +190,7 @@ def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace
           f"time to {run.target} {'never' if tta is None else f'{tta:.1f} s'}, "
           f"{summary['gradients_per_s']:.2f} gradients/s, mean cutoff {summary['mean_cutoff']:.2f} "
           f"-> {out_dir}")
-    return summary
-
-
-def write_stale_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace_path,
-                        history_path, out_dir: Path, wallclock: dict, staleness: np.ndarray,
-                        extra: dict | None = None, clock: dict | None = None) -> dict:
-    """``write_outputs`` for a mode whose gradients are stale (async, cyclic): the staleness
-    summary joins result.json's summary and is printed."""
-    summary = write_outputs(cfg, run, log, model, trace_path, history_path, out_dir, wallclock,
-                            {**staleness_summary(staleness), **(extra or {})}, clock)
-    logger.info(f"{run.identity['policy']} staleness: mean {summary['mean_staleness']:.2f}, "
-          f"p90 {summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
+    if "mean_staleness" in summary:  # a mode whose gradients are stale (async, cyclic)
+        logger.info(f"{policy} staleness: mean {summary['mean_staleness']:.2f}, p90 "
+                    f"{summary['staleness_p90']:.1f}, max {summary['max_staleness']}")
     return summary

@@ -9,7 +9,6 @@ only in when gradients are computed and applied; ``bdsgd.training.record`` write
 from __future__ import annotations
 
 import collections
-import dataclasses
 import hashlib
 import logging
 from pathlib import Path
@@ -18,16 +17,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from bdsgd.clock import Compute, network, require_server
+from bdsgd.cluster.compute import Compute
+from bdsgd.cluster.network import Network
+from bdsgd.cluster.virtual import VirtualCluster, build
 from bdsgd.config import Config
 from bdsgd.devices import select_device
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
-from bdsgd.network import Network
 from bdsgd.runtime_model.checkpoint import read_state
-from bdsgd.schedules import MODES
 from bdsgd.sgd import time_gradient
-from bdsgd.tasks import WorkerStreams, gradient_bytes, load_task
+from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import read_history, read_trace, require_complete, require_cutoff
 
 logger = logging.getLogger(__name__)
@@ -49,8 +48,6 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     if task not in tc.target_accuracy:
         raise UserError(cfg.source, f"train.target_accuracy.{task}",
                         f"no target accuracy for task {task!r}: time-to-accuracy needs one")
-    if policy in MODES:
-        require_server(cfg, policy)
     device = select_device(tc.device, source=cfg.source)
     data = load_task(task, tc.data_dir, tc.loader_workers, pin=device.type == "cuda")
     history = read_history(history_path, trace, str(trace_path))
@@ -74,34 +71,32 @@ def new_model(run: RunSetup, seed: int, lr: float) -> tuple[nn.Module, torch.opt
                                   weight_decay=run.tc.weight_decay)
 
 
-def virtual_clock(cfg: Config, run: RunSetup, model: nn.Module,
-                  state: dict | None) -> tuple[Compute, Network]:
-    """The run's virtual clock (``bdsgd.clock``): how its trace's units become seconds
-    (train.clock) and the network moving this model's gradient. Under a measured gradient time
-    a resumed run keeps the one it measured (its checkpoint's ``compute``)."""
-    tc, net = run.tc, network(cfg, gradient_bytes(model))
+def virtual_cluster(cfg: Config, run: RunSetup, net: Network, model: nn.Module,
+                    state: dict | None) -> VirtualCluster:
+    """The run's virtual cluster (``bdsgd.cluster.virtual``) on ``net``: how its trace's units
+    become seconds (train.clock). Under a measured gradient time a resumed run keeps the one it
+    measured (its checkpoint's ``compute``)."""
+    tc = run.tc
     if tc.clock == "recorded":
-        return Compute(), net
-    if state is not None:
+        cluster = build(cfg, run.trace, net, key="train.clock")
+    elif state is not None:
         try:
-            return Compute(**state["compute"]), net
+            cluster = build(cfg, run.trace, net, Compute(**state["compute"]))
         except (KeyError, TypeError):
             raise UserError(str(run.ckpt_path), "compute", "missing or damaged (a damaged "
                             "checkpoint or another bdsgd version's); delete it to start the run "
                             "afresh") from None
-    if tc.gradient_s is not None:
-        return Compute.scaled(run.trace.runtimes, tc.gradient_s, "config"), net
-    x, y = run.data.batch(run.data.train, run.streams.batch(0, np.array([0])),
-                          run.streams.seeds(0, np.array([0])))
-    seconds = time_gradient(model, x, y, tc.chunk_samples, run.device)
-    logger.info("gradient time on %s: %.4g s per worker batch of %d (measured)", run.device,
-                seconds, tc.batch_size)
-    return Compute.scaled(run.trace.runtimes, seconds, "measured"), net
-
-
-def clock_record(compute: Compute, net: Network, late: str | None) -> dict:
-    """What a result says about its virtual clock (``late`` None: a mode without a cutoff)."""
-    return {**compute.record(), "network": dataclasses.asdict(net), "late": late}
+    elif tc.gradient_s is not None:
+        cluster = build(cfg, run.trace, net, Compute.scaled(run.trace.runtimes, tc.gradient_s,
+                                                           "config"))
+    else:
+        x, y = run.data.batch(run.data.train, run.streams.batch(0, np.array([0])),
+                              run.streams.seeds(0, np.array([0])))
+        seconds = time_gradient(model, x, y, tc.chunk_samples, run.device)
+        logger.info("gradient time on %s: %.4g s per worker batch of %d (measured)", run.device,
+                    seconds, tc.batch_size)
+        cluster = build(cfg, run.trace, net, Compute.scaled(run.trace.runtimes, seconds, "measured"))
+    return cluster
 
 
 def save_checkpoint(run: RunSetup, model: nn.Module, optimizer: torch.optim.Optimizer, **extra) -> None:

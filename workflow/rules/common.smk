@@ -18,13 +18,14 @@ from pathlib import Path
 
 import yaml
 
-from bdsgd.config import CENSORING, LATE, GatherConfig, from_dict
+from bdsgd.cluster.clock import LATE
+from bdsgd.config import CENSORING, GatherConfig, from_dict
 from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
 from bdsgd.traces import TRACE_FIGURES
 from bdsgd.policies import model_files, spec as policy_spec
-from bdsgd.schedules import MODES
+from bdsgd.cluster.schedules import MODES
 
 EXP = config["experiment"]
 PATHS = Layout.of(EXP)

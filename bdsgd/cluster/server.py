@@ -7,7 +7,7 @@ Every iteration of every trainer goes through ``Server.step``:
     policy.observe(obs_t)                    learn from what the server saw (censored view)
 
 ``run`` is what differs between trainers: trace replay and the virtual cluster read run-times
-from a trace row through the virtual clock (``bdsgd.clock.SyncClock``: communication and late
+from a trace row through the virtual clock (``bdsgd.cluster.clock.SyncClock``: communication and late
 workers); a real parameter server waits for gradients.
 The policy's wall-clock work per iteration (``choose`` plus ``observe``: a model-based policy
 does its filtering in ``observe``) is measured here and nowhere else, so every trainer charges
@@ -24,14 +24,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
+from typing import Protocol
 
 import numpy as np
 
-from bdsgd.clock import SyncClock
-from bdsgd.cutoff import Observation
-from bdsgd.policies.base import Policy
-from bdsgd.traces.io import require_complete
-from bdsgd.traces.schema import Trace
+from bdsgd.cluster.clock import SyncClock
+from bdsgd.cluster.cutoff import Observation
+
+
+class Policy(Protocol):
+    """What the server needs of a cutoff policy (``bdsgd.policies.base.Policy``)."""
+
+    name: str
+
+    def choose(self) -> int: ...
+
+    def observe(self, obs: Observation) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -93,18 +101,20 @@ def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], clock
 
 @dataclass(frozen=True)
 class Replay:
-    cutoffs: np.ndarray  # (T,) c_t
-    durations: np.ndarray  # (T,) tau_t + comm(c_t)
+    cutoffs: np.ndarray  # (T,) c_t; the times below in the trace's units
+    durations: np.ndarray  # (T,) D_t(c_t)
     cutoff_times: np.ndarray  # (T,) tau_t: x_t,(c_t), late starts included
     decision_ns: np.ndarray  # (T,) wall-clock time of the policy's work per iteration
     forecast_s: np.ndarray  # (T,) the policy's E[x_(c_t)] when it chose (NaN: no forecast)
     realised_s: np.ndarray  # (T,) x_t,(c_t): the c_t-th smallest run-time of the row
-    worker_s: np.ndarray  # (3,) worker-seconds useful, wasted, idle (``bdsgd.clock``)
+    worker_s: np.ndarray  # (3,) worker-time useful, wasted, idle (``bdsgd.cluster.clock``)
+    seconds_per_unit: float = 1.0  # the trace's unit in seconds (``bdsgd.cluster.compute``)
 
     @property
     def gradients_per_s(self) -> float:
-        """sum c_t / sum duration_t (``bdsgd.cutoff.throughput`` where late workers abandon)."""
-        return float(self.cutoffs.sum() / self.durations.sum())
+        """sum c_t / sum duration_t, per second (``bdsgd.cluster.cutoff.throughput`` where late
+        workers abandon)."""
+        return float(self.cutoffs.sum() / (self.durations.sum() * self.seconds_per_unit))
 
     @property
     def wasted_fraction(self) -> float:
@@ -117,24 +127,24 @@ class Replay:
         return float(self.worker_s[2] / self.worker_s.sum())
 
 
-def replay(trace: Trace, policy: Policy, comm: float | np.ndarray = 0.0,
-           late: str = "abandon") -> Replay:
-    """Run ``policy`` over the trace, iteration by iteration, with censored feedback, on the
-    virtual clock: ``comm`` per iteration or comm(c) for c = 1..n, late workers ``late``."""
-    require_complete(trace, trace.file)
+def replay(trace, policy: Policy, comm=0.0, late: str = "abandon") -> Replay:
+    """Run ``policy`` over a complete trace (``bdsgd.traces``: the caller checks it), iteration by
+    iteration, with censored feedback, on the virtual clock: the network ``comm``
+    (``bdsgd.cluster.network.durations``), late workers ``late``."""
     return replay_runtimes(trace.runtimes, policy, comm, late)
 
 
-def replay_runtimes(runtimes: np.ndarray, policy: Policy, comm: float | np.ndarray = 0.0,
-                    late: str = "abandon") -> Replay:
+def replay_runtimes(runtimes: np.ndarray, policy: Policy, comm=0.0, late: str = "abandon",
+                    seconds_per_unit: float = 1.0) -> Replay:
     """``replay`` on run-times (T, n) as they are: a censored value of a real run's record enters
     as the lower bound it is (``bdsgd.distributed``: the virtual clock's run of a real job)."""
     T, n = runtimes.shape
-    server, clock = Server(policy, n, forecasts=True), SyncClock(np.broadcast_to(comm, (n,)), late)
+    server, clock = Server(policy, n, forecasts=True), SyncClock(comm, n, late)
     steps = [server.step_trace(t, runtimes[t], clock) for t in range(T)]
     cutoffs = np.array([s.obs.cutoff for s in steps], dtype=np.int64)
     realised = np.take_along_axis(np.sort(runtimes, axis=1), cutoffs[:, None] - 1, 1)[:, 0]
     return Replay(cutoffs, np.array([s.obs.duration for s in steps]),
                   np.array([s.obs.cutoff_time for s in steps]),
                   np.array([s.policy_ns for s in steps], dtype=np.int64),
-                  np.array([s.forecast_s for s in steps]), realised, clock.worker_s.copy())
+                  np.array([s.forecast_s for s in steps]), realised, clock.worker_s.copy(),
+                  seconds_per_unit)

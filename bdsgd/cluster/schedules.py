@@ -8,7 +8,7 @@ of the gradients), so each is computed whole, before any gradient is.
 **Asynchronous** (``async_schedule``). Worker w computes gradients back to back; its k-th takes
 x_{k mod T, w}, then it exchanges the gradient for the newest parameters: the push (the server's
 update) and its pull take e = ``exchange_s`` together, of which the server's link is busy
-l = ``link_s`` (``bdsgd.network``: l = 0 and e = comm_s under the constant topology). Pushes
+l = ``link_s`` (``bdsgd.cluster.network``: l = 0 and e = comm_s under the constant topology). Pushes
 queue for the link in the order they are ready: a push ready at r starts at b = max(r, the link's
 free time), and the gradient arrives (is applied, and its worker starts its next one) at b + e.
 With l = 0 nobody queues: a_{k,w} = sum_{i<=k} (x_{i mod T, w} + e).
@@ -38,7 +38,12 @@ import numpy as np
 
 # The training modes that are no cutoff policy: ``--policy async|cyclic`` runs one of these
 # schedules, and they need nothing a cutoff policy needs.
-MODES = ("async", "cyclic")
+MODES = ASYNC, CYCLIC = ("async", "cyclic")
+
+
+def is_mode(name: str) -> bool:
+    """Whether ``name`` is a training mode rather than a cutoff policy."""
+    return name in MODES
 
 
 def arrivals(runtimes: np.ndarray, exchange_s: float, per_worker: int,
