@@ -252,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the device the runs will train on (default: train.device; auto: cuda "
                         "where resources.train_gpus > 0)")
     p.add_argument("--json", help="also write the plan (JSON)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse (exit 2) a config with a trace x task cell whose hindsight "
+                        "optimum is within 1%% of sync: no policy can be told apart there")
     p.set_defaults(func=commands.cmd_plan)
 
     # figures

@@ -230,6 +230,7 @@ def cmd_plan(args):
     from bdsgd.devices import select_device
     from bdsgd.io import write_json
     from bdsgd.plan import bill, bill_device, format_bill, measure
+    from bdsgd.regime import require_separating
 
     check_output("--json", args.json, inputs=(args.config,))
     cfg = load_config(args.config)
@@ -239,3 +240,5 @@ def cmd_plan(args):
     if args.json:
         write_json(args.json, plan)
     print(format_bill(plan))
+    if args.strict:
+        require_separating(str(args.config), plan["cells"])

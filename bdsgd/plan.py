@@ -1,5 +1,6 @@
 """The bill before you submit (``bdsgd plan``): every job a config makes, what each asks the
-cluster for, and how long the convergence runs will take.
+cluster for, how long the convergence runs will take, and first whether each trace x task cell
+can separate the policies at all (``bdsgd.regime``).
 
 The jobs are the workflow's rules, counted from the config as the DAG makes them (a test holds
 the counts to a Snakemake dry run's): per trace, the rule that makes it (simulate, import or
@@ -32,6 +33,7 @@ from bdsgd.cluster.schedules import MODES
 from bdsgd.config import CENSORING, Config
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
+from bdsgd.regime import cells, format_cells, record
 
 # s, seconds per sample of forward and backward, where nothing is measured. On a GPU: MNIST
 # (digits as MNIST), an H100's at 158 workers x 32 samples in chunks of 1,024 (benchmarks/
@@ -198,6 +200,7 @@ def bill(cfg: Config, measured: dict[str, float] | None, device: str) -> dict:
             and j.hours * 60 > j.limit_min]
     return {
         "experiment": cfg.experiment, "device": device,
+        "cells": record(cells(cfg, per_sample)),
         "seconds_per_sample": per_sample,
         "seconds_per_sample_from": "measured here" if measured else "SECONDS_PER_SAMPLE",
         "jobs": [{**dataclasses.asdict(j), "charged_hours": j.charged_hours} for j in rows],
@@ -212,7 +215,10 @@ def bill(cfg: Config, measured: dict[str, float] | None, device: str) -> dict:
 
 
 def format_bill(plan: dict) -> str:
-    lines = [f"{plan['experiment']}: {plan['total_jobs']} jobs on {plan['device']} "
+    """The bill as text, below the cells' regime."""
+    lines = ["the cells' regime: the hindsight optimum against sync and the best fixed cutoff",
+             format_cells(plan["cells"]), "",
+             f"{plan['experiment']}: {plan['total_jobs']} jobs on {plan['device']} "
              f"(s per sample {plan['seconds_per_sample_from']}: "
              + ", ".join(f"{t} {s:.3g}" for t, s in plan["seconds_per_sample"].items()) + ")",
              f"{'rule':<22}{'instance':<28}{'jobs':>5}{'gpus':>6}{'mem MB':>8}{'limit min':>10}"

@@ -10,7 +10,7 @@ optimum's. Printed: the optimum's gain over sync per ratio and topology, each po
 of the optimum, and the largest ratio at which the optimum still gains 2 % over sync.
 
     .venv/bin/python benchmarks/comm_sweep.py [--scenario emerging-straggler] [--workers 32] \\
-        [--iterations 600] [--ratios 0.01,0.03,0.1,0.3,1,3,10] [--out DIR]
+        [--iterations 600] [--ratios 0.01,0.03,0.1,0.3,1,3,10] [--late finish] [--out DIR]
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ratios", default="0.01,0.03,0.1,0.3,1,3,10",
                    help="communication-to-compute ratios (throughput.comm_ratios)")
     p.add_argument("--shards", type=int, default=4, help="servers of the sharded topology")
+    p.add_argument("--late", choices=("finish", "abandon"), default="finish",
+                   help="network.late: what the cut workers do (a ring needs abandon)")
     p.add_argument("--policies", default=POLICIES, help="policies replayed (comma list)")
     p.add_argument("--seed", type=int, default=0, help="seed of the trace, model and policies")
     p.add_argument("--out", help="folder for the trace, model and tables (default: a new one)")
@@ -68,7 +70,7 @@ def bench(args) -> None:
         "traces": {"t": {"source": "simulate", "simulate": {
             "scenario": args.scenario, "workers": args.workers, "iterations": args.iterations}}},
         "throughput": {"comm_ratios": [float(r) for r in args.ratios.split(",")]},
-        "network": {"shards": args.shards}}))
+        "network": {"shards": args.shards, "late": args.late}}))
     trace, train, test = (out / f"{part}.parquet" for part in ("trace", "train", "test"))
     print(f"outputs in {out}", file=sys.stderr, flush=True)
     bdsgd("traces", "simulate", "--config", config, "--name", "t", "--out", trace)
@@ -79,7 +81,7 @@ def bench(args) -> None:
           "--comm-sweep", out / "comm_sweep.csv")
     sweep = pd.read_csv(out / "comm_sweep.csv")
     print(f"{args.scenario}, {args.workers} workers, {args.iterations} iterations (replayed: "
-          f"the second half); rule rate; sharded {args.shards} ways")
+          f"the second half); rule rate; sharded {args.shards} ways; late workers {args.late}")
 
     gain = sweep[sweep["policy"] == "oracle"].pivot(index="ratio", columns="topology",
                                                    values="relative_to_sync")

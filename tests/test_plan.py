@@ -77,3 +77,41 @@ def test_the_paper_config_is_billed_per_gpu():
     config = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
     plan = bill(from_dict(config), None, "cuda")
     assert plan["gpu_hours"] > 0 and plan["total_jobs"] > 100
+
+
+def regime_cfg(bandwidth_gbit_s: float, gradient_s: float):
+    """A 16-worker straggler cluster and a calm one training MNIST's LeNet on one server."""
+    sim = {"workers": 16, "iterations": 400}
+    return from_dict({
+        "experiment": "x", "traces": {
+            "straggler": {"source": "simulate", "simulate": {**sim, "scenario": "mixed"}},
+            "calm": {"source": "simulate", "simulate": {**sim, "scenario": "calm"}}},
+        "network": {"topology": "ps", "bandwidth_gbit_s": bandwidth_gbit_s},
+        "train": {"trace": ["straggler", "calm"], "tasks": ["mnist"], "clock": "scaled",
+                  "gradient_s": gradient_s}})
+
+
+def test_the_plan_states_each_cells_regime_and_strict_refuses_a_tie(tmp_path):
+    """Compute-dominated (a 50 ms gradient, 100 Gbit/s): the straggler cell is informative, the
+    calm one a control. Communication-dominated (a 0.1 ms gradient on 1 Gbit/s): the link hides
+    the straggler and the optimum ties with sync; --strict refuses that config in one line."""
+    from bdsgd.errors import UserError
+    from bdsgd.regime import cells, require_separating
+
+    fast = {c.trace: c for c in cells(regime_cfg(100.0, 0.05), {"mnist": 1e-4})}
+    assert fast["straggler"].verdict == "informative" and fast["straggler"].over_sync > 1.5
+    assert fast["calm"].verdict == "control" and fast["straggler"].comm_to_compute < 0.1
+    slow = cells(regime_cfg(1.0, 1e-4), {"mnist": 1e-4})
+    [tie] = [c for c in slow if c.trace == "straggler"]
+    assert tie.verdict == "cannot separate" and tie.comm_to_compute > 10
+    with pytest.raises(UserError, match=r"x.yaml: network: cannot separate .* straggler x mnist"):
+        require_separating("x.yaml", [{**vars(c), "verdict": c.verdict} for c in slow])
+    config = tmp_path / "slow.yaml"
+    config.write_text(yaml.safe_dump({
+        "experiment": "x", "traces": {"t": {"source": "simulate", "simulate": {
+            "workers": 16, "iterations": 400, "scenario": "mixed"}}},
+        "network": {"topology": "ps", "bandwidth_gbit_s": 1.0},
+        "train": {"trace": "t", "tasks": ["mnist"], "clock": "scaled", "gradient_s": 1e-4}}))
+    proc = run_cli("plan", "--config", config, "--strict", check=False)
+    assert proc.returncode == 2 and "t x mnist" in proc.stderr.strip().splitlines()[-1]
+    assert "cannot separate" in proc.stdout  # the table is printed before the refusal
