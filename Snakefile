@@ -3,7 +3,12 @@
 #   -> convergence runs (task x policy x seed) -> figures and summary.csv
 #   and real distributed jobs (a parameter server and workers on torch.distributed)
 # Run with a profile, which names the config:  snakemake --profile profiles/smoke
+import sys
+
 from snakemake.utils import min_version, validate
+
+from bdsgd.config import from_dict
+from bdsgd.errors import UserError
 
 min_version("9.0")
 
@@ -12,7 +17,12 @@ if not config:
     raise ValueError("no config: run with --profile profiles/<name> or --configfile configs/<name>.yaml")
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+CONFIG_FILE = str(workflow.configfiles[-1]) if workflow.configfiles else "config"
+try:  # a schema error as the CLI's one line, naming the user's file and key
+    from_dict(config, CONFIG_FILE)
+except UserError as exc:
+    sys.exit(f"bdsgd: error: {exc}")
+validate(config, "workflow/schemas/config.schema.yaml")  # fills in the schema's defaults
 if "train" not in config:  # the schema lets a stage's own config leave it out, not the workflow's
     raise ValueError("config: train: is required (the convergence runs; see the schema)")
 

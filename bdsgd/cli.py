@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="also write the plan (JSON)")
     p.add_argument("--strict", action="store_true",
                    help="refuse (exit 2) a config with a trace x task cell whose hindsight "
-                        "optimum is within 1%% of sync: no policy can be told apart there")
+                        "optimum is within 1%% of sync (no policy can be told apart there), or "
+                        "whose tasks' data folders are missing under train.data_dir")
     p.set_defaults(func=commands.cmd_plan)
 
     # figures

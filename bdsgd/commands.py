@@ -230,10 +230,12 @@ def cmd_plan(args):
     from bdsgd.devices import select_device
     from bdsgd.io import write_json
     from bdsgd.plan import bill, bill_device, format_bill, measure
+    from bdsgd.preflight import check
     from bdsgd.regime import require_separating
 
     check_output("--json", args.json, inputs=(args.config,))
     cfg = load_config(args.config)
+    check(cfg, data=args.strict)  # the data folders where the runs will read them: --strict
     device = bill_device(cfg, args.device)
     measured = measure(cfg, select_device(device, source="--device")) if args.measure else None
     plan = bill(cfg, measured, device)

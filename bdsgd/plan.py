@@ -33,6 +33,7 @@ from bdsgd.cluster.schedules import MODES
 from bdsgd.config import CENSORING, Config
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
+from bdsgd.preflight import trace_workers
 from bdsgd.regime import cells, format_cells, record
 
 # s, seconds per sample of forward and backward, where nothing is measured. On a GPU: MNIST
@@ -65,18 +66,6 @@ class Job:
     def charged_hours(self) -> float:
         """Each job's hours as the bill counts them: the estimate, else the limit."""
         return self.hours if self.hours is not None else (self.limit_min or 0) / 60
-
-
-def trace_workers(cfg: Config, name: str) -> int:
-    """n of a trace, from its config (simulate, gather) or its file (import)."""
-    spec = cfg.trace(name)
-    if spec.source == "simulate":
-        return spec.simulate.workers
-    if spec.source == "gather":
-        return spec.gather.workers
-    from bdsgd.traces.formats import import_trace
-
-    return import_trace(spec.path, spec.format).n_workers
 
 
 def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list[Job]:

@@ -14,12 +14,15 @@
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import yaml
 
 from bdsgd.cluster.clock import LATE
 from bdsgd.config import CENSORING, GatherConfig, from_dict
+from bdsgd.errors import UserError
+from bdsgd.preflight import check
 from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
@@ -29,7 +32,7 @@ from bdsgd.cluster.schedules import MODES
 
 EXP = config["experiment"]
 PATHS = Layout.of(EXP)
-CFG = from_dict(config, "config")  # typed: what bdsgd reads of it, the same way
+CFG = from_dict(config, CONFIG_FILE)  # typed: what bdsgd reads of it; errors name the user's file
 TRAIN = config["train"]
 TRAIN_TRACES = CFG.train_traces()
 RES = config["resources"]
@@ -41,6 +44,15 @@ DIST = config["distributed"]["jobs"]
 os.environ.update(BDSGD_PROJECT=workflow.basedir)
 # The rules that read a config file of their own: every stage of bdsgd.stages.STAGE_READS.
 STAGES = tuple(STAGE_READS)
+
+
+# What the config says that can be checked against its traces, data and cluster, before the
+# first job runs (a dry run checks nothing: onstart runs only when jobs will).
+onstart:
+    try:
+        check(CFG)
+    except UserError as exc:
+        sys.exit(f"bdsgd: error: {exc}")
 
 
 # -------------------------------------------------------------------------- wildcards
