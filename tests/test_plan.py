@@ -106,12 +106,14 @@ def test_the_plan_states_each_cells_regime_and_strict_refuses_a_tie(tmp_path):
     assert tie.verdict == "cannot separate" and tie.comm_to_compute > 10
     with pytest.raises(UserError, match=r"x.yaml: network: cannot separate .* straggler x mnist"):
         require_separating("x.yaml", [{**vars(c), "verdict": c.verdict} for c in slow])
-    config = tmp_path / "slow.yaml"
+    config, data = tmp_path / "slow.yaml", tmp_path / "data"
+    (data / "MNIST/raw").mkdir(parents=True)  # --strict checks the data folders too
     config.write_text(yaml.safe_dump({
         "experiment": "x", "traces": {"t": {"source": "simulate", "simulate": {
             "workers": 16, "iterations": 400, "scenario": "mixed"}}},
         "network": {"topology": "ps", "bandwidth_gbit_s": 1.0},
-        "train": {"trace": "t", "tasks": ["mnist"], "clock": "scaled", "gradient_s": 1e-4}}))
+        "train": {"trace": "t", "tasks": ["mnist"], "clock": "scaled", "gradient_s": 1e-4,
+                  "data_dir": str(data)}}))
     proc = run_cli("plan", "--config", config, "--strict", check=False)
     assert proc.returncode == 2 and "t x mnist" in proc.stderr.strip().splitlines()[-1]
     assert "cannot separate" in proc.stdout  # the table is printed before the refusal
