@@ -16,6 +16,11 @@ Parquet metrics and result JSON, never from W&B. Each run holds:
     summary   the result's headline numbers (time to target, final accuracy, gradients per
               second, mean cutoff), so the runs table compares policies as it is
 
+A convergence run's W&B run id is derived from the run's identity (``id_of``), so a run stopped
+(a time limit, a preemption, Ctrl-C) and resumed from its checkpoint is one W&B run with every
+iteration once: online, W&B resumes it; offline, where W&B cannot resume a run, the resumed
+process replaces the interrupted one's folder and logs the checkpoint's rows first.
+
 An offline run stays in ``<directory>/wandb/offline-run-*`` until ``wandb sync`` uploads it.
 With wandb.osh_command_dir set, the run also asks wandb-osh (a process on a login node with
 internet, watching that directory on a shared file system) to sync it, at most every
@@ -26,8 +31,11 @@ offline run's directory, as its own hook writes it.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from bdsgd.config import Config
@@ -53,22 +61,40 @@ class Run:
             self.synced = time.monotonic()
 
 
-def start(cfg: Config, job_type: str, name: str, directory: Path, x: str, **tags) -> Run | None:
-    """A W&B run, or None when wandb.mode is disabled (then ``log`` and ``finish`` do nothing)."""
+def id_of(identity: dict) -> str:
+    """The W&B run id of a run with this identity (its config hash, task, policy, seed, trace)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def start(cfg: Config, job_type: str, name: str, directory: Path, x: str,
+          run_id: str | None = None, history: Iterable[tuple[int, dict]] = (),
+          **tags) -> Run | None:
+    """A W&B run, or None when wandb.mode is disabled (then ``log`` and ``finish`` do nothing).
+    ``run_id`` (``id_of``): the run an interrupted process of the same run began, which this one
+    continues; ``history``: the (step, row)s that process logged, which an offline run logs
+    again in the run that replaces it."""
     if cfg.wandb.mode == "disabled":
         return None
     import wandb
 
+    offline = cfg.wandb.mode == "offline"
     Path(directory).mkdir(parents=True, exist_ok=True)
+    if run_id is not None and offline:
+        for interrupted in Path(directory, "wandb").glob(f"offline-run-*-{run_id}"):
+            shutil.rmtree(interrupted)
     run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, mode=cfg.wandb.mode,
-                     group=cfg.experiment, job_type=job_type, name=name,
+                     group=cfg.experiment, job_type=job_type, name=name, id=run_id,
+                     resume="allow" if run_id is not None and not offline else None,
                      tags=[f"{k}:{v}" for k, v in tags.items()],
                      config={**cfg.to_dict(),
                              "run": {"job_type": job_type, **tags, "config_hash": cfg.hash()}},
                      dir=str(directory))
     run.define_metric(x)
     run.define_metric("*", step_metric=x)  # every metric plots against x by default
-    return Run(run, cfg.wandb.osh_command_dir)
+    out = Run(run, cfg.wandb.osh_command_dir)
+    for step, row in history if offline else ():
+        log(out, row, step)
+    return out
 
 
 def log(run: Run | None, row: dict, step: int) -> None:

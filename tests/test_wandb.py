@@ -119,3 +119,41 @@ def test_a_distributed_run_logs_against_wall_time(distributed_jobs):
         pd.read_parquet(result["metrics"])["wall_time_s"])
     assert {k: logged["summary"][k] for k in HEADLINE[1:]} == {k: result[k] for k in HEADLINE[1:]}
     assert "time_to_target_s" in logged["summary"]
+
+
+@pytest.mark.slow  # wandb's service process
+def test_a_stopped_and_resumed_run_is_one_wandb_run_with_every_iteration_once(tmp_path, setup,
+                                                                             monkeypatch):
+    """SIGTERM (a time limit, a preemption) at iteration 7 of 12: the run checkpoints at 7 and
+    stops; the same command resumes it. W&B then holds one run, whose id is the run's identity,
+    with iterations 1..12 once each."""
+    import os
+    import signal
+
+    import bdsgd.training.synchronous as synchronous
+    from bdsgd.config import load_config
+    from bdsgd.errors import Stopped
+    from bdsgd.training import train_run
+
+    _, config, trace = setup
+    cfg = load_config(config)
+    step, calls = synchronous.sgd_step, []
+
+    def preempted(*args):
+        calls.append(1)
+        if len(calls) == 7:
+            os.kill(os.getpid(), signal.SIGTERM)  # the stop request, read at the row's end
+        return step(*args)
+
+    monkeypatch.setattr(synchronous, "sgd_step", preempted)
+    out = tmp_path / "run"
+    with pytest.raises(Stopped):
+        train_run(cfg, "digits", "sync", 0, trace, out)
+    assert len(list(out.glob("wandb/offline-run-*"))) == 1  # the interrupted run's
+    monkeypatch.setattr(synchronous, "sgd_step", step)
+    train_run(cfg, "digits", "sync", 0, trace, out)
+    logged = offline_run(out)  # exactly one offline run folder
+    assert [r["_step"] for r in logged["history"]] == list(range(1, 13))
+    assert logged["run"].run_id == logged["dir"].name.rsplit("-", 1)[1]
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    assert [r["virtual_time_s"] for r in logged["history"]] == list(metrics["virtual_time_s"])

@@ -69,9 +69,13 @@ class Recorder:
         self.run, self.tc, self.stop = run, tc, stop
         self.log = log if log is not None else {col: [] for col in COLUMNS}
         self.last = self.log["iteration"][-1] if self.log["iteration"] else 0
-        task = run.identity["task"]
+        task, rows = run.identity["task"], len(self.log["iteration"])
+        history = [(self.log["iteration"][i], {col: self.log[col][i] for col in COLUMNS})
+                   for i in range(rows)]
         self.wandb = (tracking.start(cfg, policy, f"{task}-{policy}-s{seed}", out_dir,
-                                     "virtual_time_s", task=task, trace=cfg.run_trace(), seed=seed)
+                                     "virtual_time_s", tracking.id_of(
+                                         {"experiment": cfg.experiment, **run.identity}),
+                                     history, task=task, trace=cfg.run_trace(), seed=seed)
                       if self.last < tc.max_iterations else None)
         self.shown = next((a for a in reversed(self.log["test_accuracy"]) if not math.isnan(a)),
                           math.nan)
