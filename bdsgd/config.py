@@ -180,6 +180,7 @@ class TrainConfig:
     staleness_lr: str
     objective: str
     max_iterations: int
+    epochs: float | None
     eval_every: int
     eval_near_target: float
     stop_at_target: float | None
@@ -301,13 +302,12 @@ class Config:
         return trace_names(self.training().trace)
 
     def run_trace(self) -> str:
-        """The one trace a convergence run replays: train.trace's; a list is refused (the workflow
-        writes each run a config naming its own trace)."""
+        """The one trace a run replays: train.trace's; a list is refused (the workflow writes each
+        run a config naming its own)."""
         traces = self.train_traces()
         if len(traces) > 1:
-            raise UserError(self.source, "train.trace", f"lists {len(traces)} traces; a "
-                            "convergence run replays one: name it alone (the workflow writes each "
-                            "run's config so)")
+            raise UserError(self.source, "train.trace", f"lists {len(traces)} traces; a run "
+                            "replays one: name it alone (the workflow writes each run's so)")
         return traces[0]
 
     def training(self) -> TrainConfig:

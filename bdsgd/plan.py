@@ -15,7 +15,10 @@ A convergence run's time is estimated, not limited: per iteration the n workers'
 n b samples, each costing s seconds forward and backward on the run's device, plus an evaluation
 of the test set every train.eval_every iterations (a forward pass: s / 3 a sample):
 
-    t = I n b s + ceil(I / eval_every) m s / 3        (I = train.max_iterations, m test samples)
+    t = I n b s + ceil(I / eval_every) m s / 3        (m test samples)
+
+with I the run's iterations on its trace's n workers: train.max_iterations, or under train.epochs
+as many as the recipe's epochs take at n (``bdsgd.sgd.iterations_at_n``, ``TRAIN_SAMPLES``).
 
 s is measured on this machine's device (``measure``: a few timed passes of each task's network
 on a synthetic chunk of train.chunk_samples, ``bdsgd.sgd.time_gradient``) or taken from
@@ -35,6 +38,7 @@ from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
 from bdsgd.preflight import trace_workers
 from bdsgd.regime import cells, format_cells, record
+from bdsgd.sgd import iterations_at_n
 
 # s, seconds per sample of forward and backward, where nothing is measured. On a GPU: MNIST
 # (digits as MNIST), an H100's at 158 workers x 32 samples in chunks of 1,024 (benchmarks/
@@ -47,6 +51,7 @@ SECONDS_PER_SAMPLE = {
     "cpu": {"digits": 3.3e-6, "mnist": 1.7e-4, "cifar10": 3.5e-3, "imagenet": 5.3e-2},
 }
 TEST_SAMPLES = {"digits": 360, "mnist": 10_000, "cifar10": 10_000, "imagenet": 50_000}
+TRAIN_SAMPLES = {"digits": 1_437, "mnist": 60_000, "cifar10": 50_000, "imagenet": 1_281_167}
 LOCAL = ("all", "stage_config", "resolved_config")  # rules that run where Snakemake runs
 
 
@@ -93,8 +98,9 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list
         n = trace_workers(cfg, trace)
         for task in tc.tasks:
             s, run = seconds_per_sample[task], cfg.for_task(task).training()  # its recipe's
-            seconds = (run.max_iterations * n * run.batch_size * s
-                       + math.ceil(run.max_iterations / run.eval_every) * TEST_SAMPLES[task] * s / 3)
+            iterations = iterations_at_n(run, n, TRAIN_SAMPLES[task])
+            seconds = (iterations * n * run.batch_size * s
+                       + math.ceil(iterations / run.eval_every) * TEST_SAMPLES[task] * s / 3)
             for policy in tc.policies:
                 if cfg.trace(trace).source != "simulate" and policy not in MODES and policy_spec(
                         policy).needs_truth:

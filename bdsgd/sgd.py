@@ -57,6 +57,15 @@ def rate_at_n(tc: TrainConfig, n: int) -> float:
     return tc.learning_rate * n * tc.batch_size / tc.lr_batch
 
 
+def iterations_at_n(tc: TrainConfig, n: int, train_samples: int) -> int:
+    """A run's iterations on n workers: train.max_iterations, or with train.epochs the
+    iterations that apply epochs x ``train_samples`` samples at c = n, ceil(epochs N / (n b)), so
+    that one recipe trains as many samples on a 10-worker job as on 158 workers."""
+    if tc.epochs is None:
+        return tc.max_iterations
+    return math.ceil(tc.epochs * train_samples / (n * tc.batch_size))
+
+
 def step_lr(tc: TrainConfig, c: int, n: int, seen: int, total: int) -> float:
     """The learning rate of a synchronous step that applies c of n workers' gradients after
     ``seen`` of the run's ``total`` samples: ``rate_at_n`` times train.lr_scaling's factor of

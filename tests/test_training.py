@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,8 @@ from tests.helpers import (
     interrupted_then_resumed,
     make_cfg,
     metrics,
+    summary,
+    write,
 )
 
 
@@ -329,3 +332,28 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(t
     assert f"at iteration {stopped_at}" in resumed.stdout
     whole = train_run(load_config(config), "digits", "static", 0, trace_path, tmp_path / "whole")
     assert (run / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
+
+
+def test_a_recipe_in_epochs_trains_the_same_samples_on_any_cluster(tmp_path):
+    """train.epochs: the 10-worker PAI job and a 4-worker cluster train as many samples (the
+    epochs' worth, rounded up to a whole iteration), not as many iterations; the plan bills the
+    same iterations."""
+    from bdsgd.plan import TRAIN_SAMPLES, jobs
+    from bdsgd.traces.formats import import_trace
+
+    pai = import_trace(REPO / "tests/data/alibaba_pai_job_1_norm.csv", "alibaba-pai")
+    traces = {10: write_trace(from_arrays(pai.runtimes[:30], pai.meta), tmp_path / "pai.parquet"),
+              4: write(tmp_path, np.ones((30, 4)), "four")}
+    cfg = make_cfg(epochs=0.5, batch_size=8, eval_every=100, max_iterations=1, clock="scaled",
+                   gradient_s=0.05)  # PAI's normalised units need a gradient time
+    samples = len(load_task("digits", "data").train)
+    assert samples == TRAIN_SAMPLES["digits"]
+    for n, path in traces.items():
+        run = train_run(cfg, "digits", "sync", 0, path, tmp_path / f"n{n}")
+        applied = summary(run)["gradients"] * 8  # sync applies n gradients of 8 an iteration
+        assert 0.5 * samples <= applied < 0.5 * samples + n * 8, n
+        assert summary(run)["iterations"] == math.ceil(0.5 * samples / (n * 8))
+    [billed] = [j for j in jobs(cfg, {"digits": 1e-6}, "cpu") if j.rule == "train"
+                and j.name == "t/digits/sync"]
+    assert billed.hours == pytest.approx(  # the simulated trace t: 16 workers
+        (math.ceil(0.5 * samples / (16 * 8)) * 16 * 8 * 1e-6 + 1 * 360 * 1e-6 / 3) / 3600)

@@ -9,6 +9,7 @@ only in when gradients are computed and applied; ``bdsgd.training.record`` write
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import logging
 from pathlib import Path
@@ -25,7 +26,7 @@ from bdsgd.devices import select_device
 from bdsgd.errors import UserError
 from bdsgd.io import write_with
 from bdsgd.runtime_model.checkpoint import read_state
-from bdsgd.sgd import time_gradient
+from bdsgd.sgd import iterations_at_n, time_gradient
 from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import read_history, read_trace, require_complete, require_cutoff
 
@@ -51,6 +52,9 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     device = select_device(tc.device, source=cfg.source)
     data = load_task(task, tc.data_dir, tc.loader_workers, pin=device.type == "cuda")
     history = read_history(history_path, trace, str(trace_path))
+    # the recipe's budget at this cluster's size (train.epochs): every mode reads it from here
+    tc = dataclasses.replace(tc, max_iterations=iterations_at_n(tc, trace.n_workers,
+                                                                len(data.train)))
     try:
         streams = WorkerStreams(len(data.train), trace.n_workers, tc.batch_size, seed)
     except ValueError as exc:
