@@ -26,8 +26,8 @@ step at lr.
 Staleness of an applied gradient = the number of updates applied between its pull and its
 arrival (u - p above); 0..n-1 within each round when all workers are equally fast.
 
-Budget: train.max_iterations counts synchronous-equivalent iterations; the run applies
-max_iterations * n gradients, as many as sync computes. A round is n applied gradients; metrics
+Budget: the run's iterations (``RunSetup.iterations``) count synchronous-equivalent ones; it
+applies iterations * n gradients, as many as sync computes. A round is n applied gradients; metrics
 has one row per round with the cutoff mode's columns (iteration = round, virtual_time_s = the
 round's last arrival, cutoff = the distinct workers whose gradients the round applied,
 iteration_time_s = time since the previous row, lr = the round's mean rate per gradient,
@@ -83,10 +83,10 @@ class Async:
         tc, n = r.tc, cluster.n
         net, f = cluster.network, cluster.compute.factor
         self.sched = async_schedule(r.trace.runtimes * f, net.exchange_s,
-                                    tc.max_iterations * n, net.link_s)
+                                    r.iterations * n, net.link_s)
         self.needed = np.bincount(self.sched.worker, minlength=n)  # each worker's gradients applied
         self.share = sgd.STALENESS_LR[tc.staleness_lr](self.sched.staleness, n)  # per gradient
-        logger.info(f"{tc.max_iterations} rounds of n gradients, each at lr times its share "
+        logger.info(f"{r.iterations} rounds of n gradients, each at lr times its share "
                     f"(staleness_lr {tc.staleness_lr}), {net.exchange_s:.4g} s per push")
         self.flight: dict[int, tuple[list, float]] = {}  # worker -> its gradient in flight, loss
         if state is not None:
@@ -105,15 +105,15 @@ class Async:
     def rows(self, rec: Recorder) -> Iterator[dict]:
         """Apply the updates round by round from the last of ``rec``'s rows; yield each round."""
         tc, sched, n = self.r.tc, self.sched, len(self.needed)
-        lr, total = sgd.rate_at_n(tc, n), tc.max_iterations * n * tc.batch_size
+        lr, total = sgd.rate_at_n(tc, n), self.r.iterations * n * tc.batch_size
         # each update's rate under train.lr_schedule: update u applies one worker's batch after
         # u of them (bdsgd.sgd.lr_factor)
-        rates = np.zeros(tc.max_iterations * n)
+        rates = np.zeros(self.r.iterations * n)
         # the workers applied since the last pull (none at a round's end unless its instant goes on)
         first = rec.last * n
         while first > 0 and not sched.pull[first - 1]:
             first -= 1
-        for i in range(rec.last, tc.max_iterations):
+        for i in range(rec.last, self.r.iterations):
             losses = []
             for u in range(i * n, (i + 1) * n):
                 rates[u] = lr * sgd.lr_factor(tc.lr_schedule, tc.warmup_samples,

@@ -37,7 +37,7 @@ update, staleness included (gradients that finish at one instant are applied in 
 order, from where it stands, rather than the workers'). The two differ in what communication
 costs: one serialised push per turn here, one unserialised exchange per gradient there.
 
-Budget and rows as in ``asynchronous``: the run applies train.max_iterations * n gradients (the
+Budget and rows as in ``asynchronous``: the run applies iterations * n gradients (the
 last push takes only what is left of the budget); a metrics row ends when the applied count
 passes a multiple of n (iteration = applied // n, which skips a number when one push carries
 more than n gradients: a row per push then), with cutoff = the distinct workers whose
@@ -81,9 +81,9 @@ class Cyclic:
         self.r, self.model, self.optimizer = r, model, optimizer
         tc, n, net = r.tc, cluster.n, cluster.network
         self.sched = cyclic_schedule(r.trace.runtimes * cluster.compute.factor, net.exchange_s,
-                                     tc.max_iterations * n)
+                                     r.iterations * n)
         self.groups = self.sched.groups()
-        logger.info(f"{tc.max_iterations * n} gradients in {len(self.sched.worker)} pushes, each "
+        logger.info(f"{r.iterations * n} gradients in {len(self.sched.worker)} pushes, each "
                     f"gradient at lr times its share (staleness_lr {tc.staleness_lr}), "
                     f"{net.exchange_s:.4g} s per push")
         self.pending: dict[int, list] = {}  # update -> [sum of its gradients so far, losses]
@@ -119,7 +119,7 @@ class Cyclic:
         """Apply the pushes from the next one on; yield a row whenever the applied count passes a
         multiple of n."""
         tc, sched, n = self.r.tc, self.sched, self.r.trace.n_workers
-        lr, total = sgd.rate_at_n(tc, n), tc.max_iterations * n * tc.batch_size
+        lr, total = sgd.rate_at_n(tc, n), self.r.iterations * n * tc.batch_size
         ends = np.cumsum(sched.count)
         share = sgd.STALENESS_LR[tc.staleness_lr](sched.staleness, n)  # per applied gradient
         rates = np.zeros(len(share))

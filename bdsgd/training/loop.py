@@ -64,8 +64,8 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
                     "over %d rows), batch %d per worker (%d per epoch), lr %s at c=n (%s "
                     "scaling), %s clock (%.4g s per trace unit), %s network: comm %.4g s at c=n "
                     "(%.3g of compute), late %s, target accuracy %s, device %s", task, policy,
-                    seed, n, r.trace.n_iterations, tc.max_iterations / r.trace.n_iterations,
-                    tc.max_iterations, tc.batch_size, r.streams.per_epoch, rate_at_n(tc, n),
+                    seed, n, r.trace.n_iterations, r.iterations / r.trace.n_iterations,
+                    r.iterations, tc.batch_size, r.streams.per_epoch, rate_at_n(tc, n),
                     tc.lr_scaling, cluster.compute.clock, cluster.compute.factor, net.topology,
                     net.comm(n)[-1], cluster.comm_to_compute(r.trace.runtimes), cluster.late,
                     r.target, r.device)

@@ -13,7 +13,7 @@ it is only as fine as the evaluations: once an evaluation comes within train.eva
 of the target, the test set is evaluated after every row until one reaches it, which resolves
 time to target to one iteration where it matters (between evaluations far from the target
 nothing is missed). Under train.stop_at_target m the run stops after ceil((1 + m) k) rows, k the
-row that reached the target (``Recorder.done``), instead of training to train.max_iterations.
+row that reached the target (``Recorder.done``), instead of training all of the run's iterations.
 """
 
 from __future__ import annotations
@@ -76,13 +76,13 @@ class Recorder:
                                      "virtual_time_s", tracking.id_of(
                                          {"experiment": cfg.experiment, **run.identity}),
                                      history, task=task, trace=cfg.run_trace(), seed=seed)
-                      if self.last < tc.max_iterations else None)
+                      if self.last < run.iterations else None)
         self.shown = next((a for a in reversed(self.log["test_accuracy"]) if not math.isnan(a)),
                           math.nan)
         reached = [it for it, a in zip(self.log["iteration"], self.log["test_accuracy"],
                                        strict=True) if a >= run.target]
         self.reached = reached[0] if reached else None  # the row that reached the target
-        self.bar = tqdm(initial=self.last, total=tc.max_iterations, file=sys.stderr,
+        self.bar = tqdm(initial=self.last, total=run.iterations, file=sys.stderr,
                         desc=f"{task}/{policy}/s{seed}")
 
     @property
@@ -92,12 +92,12 @@ class Recorder:
 
     @property
     def end(self) -> int:
-        """The row the run ends at: train.max_iterations, or under train.stop_at_target the
+        """The row the run ends at: its last iteration, or under train.stop_at_target the
         margin after the row that reached the target."""
         margin = self.tc.stop_at_target
         if margin is None or self.reached is None:
-            return self.tc.max_iterations
-        return min(self.tc.max_iterations, math.ceil((1 + margin) * self.reached))
+            return self.run.iterations
+        return min(self.run.iterations, math.ceil((1 + margin) * self.reached))
 
     @property
     def done(self) -> bool:
@@ -177,7 +177,7 @@ def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace
     summary = {
         "task": task, "policy": policy, "seed": seed, "target_accuracy": run.target,
         **metrics_summary(metrics, run.target),
-        "n_workers": n, "trace_iterations": T, "trace_cycles": run.tc.max_iterations / T,
+        "n_workers": n, "trace_iterations": T, "trace_cycles": run.iterations / T,
         "trace": cfg.run_trace(), **(extra or {}),
     }
     write_json(out_dir / "result.json", {

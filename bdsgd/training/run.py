@@ -9,7 +9,6 @@ only in when gradients are computed and applied; ``bdsgd.training.record`` write
 from __future__ import annotations
 
 import collections
-import dataclasses
 import hashlib
 import logging
 from pathlib import Path
@@ -35,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 # What every training mode reads before its loop (``prepare``).
 RunSetup = collections.namedtuple(
-    "RunSetup", "tc trace history data streams device target identity ckpt_path")
+    "RunSetup", "tc trace history data streams device target identity ckpt_path iterations")
 
 
 def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
@@ -52,9 +51,6 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     device = select_device(tc.device, source=cfg.source)
     data = load_task(task, tc.data_dir, tc.loader_workers, pin=device.type == "cuda")
     history = read_history(history_path, trace, str(trace_path))
-    # the recipe's budget at this cluster's size (train.epochs): every mode reads it from here
-    tc = dataclasses.replace(tc, max_iterations=iterations_at_n(tc, trace.n_workers,
-                                                                len(data.train)))
     try:
         streams = WorkerStreams(len(data.train), trace.n_workers, tc.batch_size, seed)
     except ValueError as exc:
@@ -63,8 +59,10 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
                 "trace_sha256": hashlib.sha256(trace.runtimes.tobytes()).hexdigest(),
                 "history_sha256": None if history is None else hashlib.sha256(
                     history.runtimes.tobytes()).hexdigest()}
+    # the recipe's budget at this cluster's size (train.epochs): every mode reads it from here
+    iterations = iterations_at_n(tc, trace.n_workers, len(data.train))
     return RunSetup(tc, trace, history, data, streams, device, tc.target_accuracy[task], identity,
-                    Path(out_dir) / "checkpoint.pt")
+                    Path(out_dir) / "checkpoint.pt", iterations)
 
 
 def new_model(run: RunSetup, seed: int, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:

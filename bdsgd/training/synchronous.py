@@ -73,7 +73,7 @@ class Cutoff:
         tc, trace = r.tc, r.trace
         self.policy = build_policy(policy, cfg, seed=r.identity["seed"], n_workers=cluster.n,
                                    trace=trace, inputs=inputs, history=r.history,
-                                   iterations=tc.max_iterations, training=tc, comm=cluster.timing)
+                                   iterations=r.iterations, training=tc, comm=cluster.timing)
         self.decision_ns: list[int] = [] if state is None else state["decision_ns"]
         # train.objective progress: the policy learns the gradient noise scale from each
         # iteration's gradient statistics (None when c = 1: one group has no spread)
@@ -97,9 +97,9 @@ class Cutoff:
         T, n = r.trace.runtimes.shape
         f = self.cluster.compute.factor
         # samples applied so far, and the run's, for train.lr_schedule (bdsgd.sgd.lr_factor)
-        seen, total = tc.batch_size * applied, tc.max_iterations * n * tc.batch_size
+        seen, total = tc.batch_size * applied, r.iterations * n * tc.batch_size
         server = Server(self.policy, n)
-        for t in range(rec.last, tc.max_iterations):
+        for t in range(rec.last, r.iterations):
             step = server.step_trace(t, r.trace.runtimes[t % T], self.iterations)
             obs, c = step.obs, step.obs.cutoff
             self.decision_ns.append(step.policy_ns)
