@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bdsgd.cluster.cutoff import throughput
 from bdsgd.cluster.virtual import for_replay
 from bdsgd.config import Config, default_config
 from bdsgd.policies.build import Inputs, build_policy
@@ -36,8 +35,7 @@ def evaluate_model(model, trace: Trace, rule: str = "rate", seed: int = 0,
                           inputs=Inputs(model, model_path), comm=cluster.timing, rule=rule)
     run = cluster.replay(trace.runtimes, policy)
     _, oracle_rate = cluster.optimum(trace.runtimes)
-    sync_rate = throughput(np.sort(trace.runtimes, axis=1), np.full(trace.n_iterations,
-                           trace.n_workers), cluster.timing) / cluster.compute.factor
+    sync_rate = cluster.sync_rate(trace.runtimes)
     result.update({
         "throughput_relative_to_oracle": run.gradients_per_s / oracle_rate,
         "throughput_gradients_per_s": run.gradients_per_s,

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from bdsgd.cluster.compute import Compute
-from bdsgd.cluster.cutoff import fixed_optimum, throughput
 from bdsgd.cluster.virtual import build, network
 from bdsgd.config import Config
 from bdsgd.errors import UserError
@@ -81,14 +80,12 @@ def cell(cfg: Config, trace_name: str, trace, task: str, seconds_per_sample: flo
     g = run.gradient_s if run.gradient_s is not None else seconds_per_sample * run.batch_size
     compute = None if run.clock == "recorded" else Compute.scaled(trace.runtimes, g, "plan")
     cluster = build(cfg, trace, net, compute, key="train.clock")
-    x = np.sort(trace.runtimes, axis=1)
-    _, best = cluster.optimum(trace.runtimes)
-    f, T, n = cluster.compute.factor, len(x), trace.n_workers
-    sync = throughput(x, np.full(T, n), cluster.timing) / f
-    fixed_c, fixed = fixed_optimum(x, cluster.timing)
+    x = trace.runtimes
+    _, best = cluster.optimum(x)
+    fixed_c, fixed = cluster.fixed_optimum(x)
     spec = cfg.trace(trace_name)
-    return Cell(trace_name, task, n, g if compute is not None else float(np.median(x)),
-                cluster.comm_to_compute(trace.runtimes), best / sync, best / (fixed / f), fixed_c,
+    return Cell(trace_name, task, trace.n_workers, g if compute is not None else float(np.median(x)),
+                cluster.comm_to_compute(x), best / cluster.sync_rate(x), best / fixed, fixed_c,
                 spec.source == "simulate" and spec.simulate.scenario in CONTROLS)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from bdsgd.cluster.clock import SyncClock
 from bdsgd.cluster.compute import SECONDS, Compute, recorded
-from bdsgd.cluster.cutoff import hindsight_optimum
+from bdsgd.cluster.cutoff import fixed_optimum, hindsight_optimum, throughput
 from bdsgd.cluster.network import BYTES_PER_GBIT, FABRICS, SERVERLESS, Network, Timing
 from bdsgd.cluster.schedules import async_reference
 from bdsgd.cluster.server import Policy, Replay, replay_runtimes
@@ -57,6 +57,16 @@ class VirtualCluster:
         """The hindsight optimum's cutoffs and its rate in gradients per second."""
         cutoffs, rate = hindsight_optimum(np.sort(runtimes, axis=1), self.timing)
         return cutoffs, rate / self.compute.factor
+
+    def sync_rate(self, runtimes: np.ndarray) -> float:
+        """Sync's rate (every worker, every iteration) in gradients per second."""
+        rate = throughput(np.sort(runtimes, axis=1), np.full(len(runtimes), self.n), self.timing)
+        return rate / self.compute.factor
+
+    def fixed_optimum(self, runtimes: np.ndarray) -> tuple[int, float]:
+        """The best single cutoff in hindsight and its rate in gradients per second."""
+        c, rate = fixed_optimum(np.sort(runtimes, axis=1), self.timing)
+        return c, rate / self.compute.factor
 
     def async_reference(self, runtimes: np.ndarray) -> dict[str, float]:
         """Asynchronous SGD's throughput on this cluster (``schedules.async_reference``), per
