@@ -206,6 +206,21 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "checkpoint.pt)")
     p.set_defaults(func=commands.cmd_train)
 
+    # pilot
+    p = sub.add_parser("pilot", help="can the task's recipe reach its target? sync runs at the "
+                       "recipe's learning rate times each of pilot.lr_factors; an error if the "
+                       "recipe's own does not")
+    p.add_argument("--config", required=True, help="experiment config (YAML)")
+    p.add_argument("--task", required=True, choices=TASKS, help="data set and network")
+    p.add_argument("--trace", required=True, help="trace whose run-times drive the virtual clock")
+    p.add_argument("--history", metavar="TRACE",
+                   help="the trace's earlier iterations (its training part), as 'bdsgd train'")
+    p.add_argument("--out", required=True,
+                   help="pilot directory (pilot.json, and a run folder lr<factor>/ per rate)")
+    p.add_argument("--source", help="the config file an error names (default: --config; the "
+                   "workflow passes the user's, of which --config is a slice)")
+    p.set_defaults(func=commands.cmd_pilot)
+
     # distributed
     p = sub.add_parser("distributed", help="real training: a parameter server and N workers "
                                            "on torch.distributed, cutoffs from any causal policy")

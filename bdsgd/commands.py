@@ -212,6 +212,19 @@ def cmd_train(args):
               paper_model_path=args.paper_model)
 
 
+def cmd_pilot(args):
+    import dataclasses
+
+    from bdsgd.stages import load_stage_config
+    from bdsgd.training.pilot import run_pilot
+
+    check_output("--out", args.out, folder=True)
+    cfg = load_stage_config(args.config, "pilot")
+    if args.source:
+        cfg = dataclasses.replace(cfg, source=args.source)
+    run_pilot(cfg, args.task, args.trace, args.history, args.out)
+
+
 def cmd_distributed(args):
     from bdsgd.distributed.launch import job_from_args, run
 
@@ -237,10 +250,11 @@ def cmd_plan(args):
     cfg = load_config(args.config)
     check(cfg, data=args.strict)  # the data folders where the runs will read them: --strict
     device = bill_device(cfg, args.device)
-    measured = measure(cfg, select_device(device, source="--device")) if args.measure else None
-    plan = bill(cfg, measured, device)
+    measured, alone = measure(cfg, select_device(device, source="--device")) if args.measure \
+        else (None, None)
+    plan = bill(cfg, measured, device, alone)
     if args.json:
         write_json(args.json, plan)
     print(format_bill(plan))
-    if args.strict:
+    if args.strict or cfg.strict:
         require_separating(str(args.config), plan["cells"])

@@ -1,9 +1,8 @@
 """One typed experiment config: loaded from YAML, validated against the JSON schema, hashed.
 
-The schema (``config.schema.yaml`` beside this file, read by ``bdsgd.schema``; the Snakefile
-validates against the same file through ``workflow/schemas/config.schema.yaml``) is the single
-home of every default. Loading fills the defaults in, checks every field, and builds frozen
-dataclasses, so code downstream reads ``cfg.policies.min_gain`` instead of dictionary look-ups.
+The schema (``config.schema.yaml`` beside this file; the Snakefile validates against the same
+file) is the one home of every default: loading fills them in, checks every field and builds
+frozen dataclasses (``cfg.policies.min_gain``, not dictionary look-ups).
 """
 
 from __future__ import annotations
@@ -77,6 +76,7 @@ class TraceSpec:
     format: str | None = None
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
     gather: GatherConfig = field(default_factory=GatherConfig)
+    control: bool = False  # a cluster where no policy should gain over sync (bdsgd.regime)
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,7 @@ class NetworkConfig:
     fabric: str | None
     bandwidth_gbit_s: float
     latency_s: float
+    message_s: float
     aggregate_gbyte_s: float
     update_gbyte_s: float
     late: str
@@ -246,6 +247,14 @@ class DistributedConfig:
 
 
 @dataclass(frozen=True)
+class PilotConfig:
+    """The pilot the convergence runs wait for (``bdsgd.training.pilot``)."""
+
+    enabled: bool
+    lr_factors: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Config:
     experiment: str
     seed: int
@@ -258,7 +267,9 @@ class Config:
     wandb: WandbConfig
     resources: ResourcesConfig
     distributed: DistributedConfig
+    pilot: PilotConfig
     figure_note: str | None  # printed over every figure of the experiment's results
+    strict: bool  # refuse a cell that cannot separate the policies before any job (bdsgd.regime)
     source: str = ""  # the file it came from, for error messages; not part of the hash
 
     def to_dict(self) -> dict[str, Any]:
@@ -324,11 +335,8 @@ def trace_names(trace: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _sub(cls, data: dict[str, Any] | None):
-    data = dict(data or {})
-    for f in dataclasses.fields(cls):
-        if isinstance(data.get(f.name), list):
-            data[f.name] = tuple(data[f.name])
-    return cls(**data)
+    """A section's dataclass from its mapping (YAML's lists as tuples)."""
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in (data or {}).items()})
 
 
 def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
@@ -337,25 +345,14 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if spec["source"] == "import" and not (spec.get("path") and spec.get("format")):
             raise UserError(source, f"traces.{name}", "source 'import' needs 'path' and 'format'")
     train = data.get("train")
-    for name in () if train is None else trace_names(train["trace"]):
-        if name not in data["traces"]:
-            raise UserError(source, "train.trace",
-                            f"{name!r} is not one of traces: {sorted(data['traces'])}")
-    for name in data["throughput"]["ablations"]["traces"]:
-        if name not in data["traces"]:
-            raise UserError(source, "throughput.ablations.traces",
-                            f"{name!r} is not one of traces: {sorted(data['traces'])}")
-    traces = {
-        name: TraceSpec(
-            source=spec["source"],
-            train_fraction=spec["train_fraction"],
-            path=spec.get("path"),
-            format=spec.get("format"),
-            simulate=_sub(SimulateConfig, spec.get("simulate")),
-            gather=_sub(GatherConfig, spec.get("gather")),
-        )
-        for name, spec in data["traces"].items()
-    }
+    for key, names in (("train.trace", () if train is None else trace_names(train["trace"])),
+                       ("throughput.ablations.traces", data["throughput"]["ablations"]["traces"])):
+        for name in names:
+            if name not in data["traces"]:
+                raise UserError(source, key, f"{name!r} is not one of traces: {sorted(data['traces'])}")
+    traces = {name: TraceSpec(**{**spec, "simulate": _sub(SimulateConfig, spec.get("simulate")),
+                                 "gather": _sub(GatherConfig, spec.get("gather"))})
+              for name, spec in data["traces"].items()}
     return Config(
         experiment=data["experiment"],
         seed=data["seed"],
@@ -370,7 +367,9 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         resources=_sub(ResourcesConfig, data["resources"]),
         distributed=DistributedConfig({name: _sub(DistributedJob, job) for name, job
                                        in data["distributed"]["jobs"].items()}),
+        pilot=_sub(PilotConfig, data["pilot"]),
         figure_note=data["figure_note"],
+        strict=data["strict"],
         source=source,
     )
 

@@ -98,6 +98,11 @@ class Layout:
         """A file of one convergence run: result.json, metrics.parquet or model.pt."""
         return f"{self.run_dir(trace, task, policy, seed)}/{file}"
 
+    def pilot(self, trace: str = TRACE, task: str = TASK, file: str = "pilot.json") -> str:
+        """The pilot of ``task`` on ``trace`` (``bdsgd pilot --out``'s folder), or one of its runs'
+        files (lr<factor>/result.json)."""
+        return f"{self.results}/pilot/{trace}/{task}/{file}"
+
     def distributed(self, job: str = JOB, file: str = "result.json") -> str:
         """A distributed job's result, or the result.metrics.parquet, result.trace.parquet or
         result.replay.parquet ``bdsgd distributed`` writes beside it."""
@@ -129,6 +134,9 @@ class Layout:
     def run_log(self, trace: str = TRACE, task: str = TASK, policy: str = POLICY,
                 seed: str | int = SEED) -> str:
         return self.log("runs", trace, task, policy, f"seed{seed}")
+
+    def pilot_log(self, trace: str = TRACE, task: str = TASK) -> str:
+        return self.log("pilot", trace, task)
 
     def distributed_log(self, job: str = JOB) -> str:
         return self.log("distributed", job)

@@ -7,15 +7,18 @@ the counts to a Snakemake dry run's): per trace, the rule that makes it (simulat
 gather), its split, its description and figures, the run-time model's training and evaluation
 and the throughput replay; the prior over clusters the models start from (model.prior); for a
 simulated trace of train.trace, the cluster drawn for each run seed but 0 (simulated, split,
-modelled); a convergence run per trace x task x policy x seed;
+modelled); a pilot per task and cluster size (``bdsgd.training.pilot``: a sync run per learning
+rate); a convergence run per trace x task x policy x seed;
 each distributed job; the figures. Each carries its rule's requests (``resources:`` and
 ``train.device``).
 
 A convergence run's time is estimated, not limited: per iteration the n workers' union batch,
-n b samples, each costing s seconds forward and backward on the run's device, plus an evaluation
-of the test set every train.eval_every iterations (a forward pass: s / 3 a sample):
+n b samples, each costing s seconds forward and backward on the run's device (s' for a worker's
+batch alone, as async and cyclic compute it) and d of the loader's decoding where a task decodes
+(not overlapped with the device), plus E evaluations of the m test samples (a forward pass: s / 3
+a sample), every train.eval_every iterations and after every iteration near the target:
 
-    t = I n b s + ceil(I / eval_every) m s / 3        (m test samples)
+    t = I n b (s + d) + E m (s / 3 + d)
 
 with I the run's iterations on its trace's n workers: train.max_iterations, or under train.epochs
 as many as the recipe's epochs take at n (``bdsgd.sgd.iterations_at_n``, ``TRAIN_SAMPLES``).
@@ -36,20 +39,30 @@ from bdsgd.cluster.schedules import MODES
 from bdsgd.config import CENSORING, Config
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
-from bdsgd.preflight import trace_workers
+from bdsgd.preflight import pilot_traces, trace_workers
 from bdsgd.regime import cells, format_cells, record
 from bdsgd.sgd import iterations_at_n
 
-# s, seconds per sample of forward and backward, where nothing is measured. On a GPU: MNIST
-# (digits as MNIST), an H100's at 158 workers x 32 samples in chunks of 1,024 (benchmarks/
-# results.md: bench_trainer.py); CIFAR-10's ResNet-20 that H100 figure times its 4x the small
-# VGG's multiply-adds; ImageNet, what 12 loader processes decode (benchmarks/bench_loader.py:
-# ~200 JPEGs/s a core), which a GPU's ResNet-18 outpaces. On a CPU, this machine's, one thread,
-# chunks of 64 (`bdsgd plan --measure --device cpu`): there the networks dwarf decoding.
+# s, seconds per sample of forward and backward over the union batch, where nothing is measured.
+# On a GPU: MNIST (digits as MNIST), an H100's at 158 workers x 32 samples in chunks of 1,024
+# (benchmarks/results.md: bench_trainer.py); CIFAR-10's ResNet-20 that H100 figure times its 4x
+# the small VGG's multiply-adds; ImageNet's ResNet-18 ~2,500 images/s. On a CPU, this machine's,
+# one thread, chunks of 64 (`bdsgd plan --measure --device cpu`). Assumptions until `--measure`
+# runs on the cluster's device (benchmarks/gpu_check.py).
 SECONDS_PER_SAMPLE = {
-    "cuda": {"digits": 4.5e-6, "mnist": 4.5e-6, "cifar10": 3.7e-5, "imagenet": 4.5e-4},
+    "cuda": {"digits": 4.5e-6, "mnist": 4.5e-6, "cifar10": 3.7e-5, "imagenet": 4.0e-4},
     "cpu": {"digits": 3.3e-6, "mnist": 1.7e-4, "cifar10": 3.5e-3, "imagenet": 5.3e-2},
 }
+# Async and cyclic compute each worker's gradient alone, b samples, not the union batch: per
+# sample this many times s where not measured (bench_gradients.py: 14.9x for 64 x 32 samples on
+# the H100; on a CPU, chunks keep parity).
+ALONE = {"cuda": 15.0, "cpu": 1.0}
+# Seconds one loader process takes to decode a sample (bench_loader.py: ~200 JPEGs/s a core):
+# the trainer does not overlap decoding with the device, so it adds to s.
+DECODE_S = {"imagenet": 1 / 200}
+# Near its target a run evaluates after every iteration (train.eval_near_target): billed over
+# this share of its iterations.
+NEAR_TARGET_SHARE = 0.1
 TEST_SAMPLES = {"digits": 360, "mnist": 10_000, "cifar10": 10_000, "imagenet": 50_000}
 TRAIN_SAMPLES = {"digits": 1_437, "mnist": 60_000, "cifar10": 50_000, "imagenet": 1_281_167}
 LOCAL = ("all", "stage_config", "resolved_config")  # rules that run where Snakemake runs
@@ -73,8 +86,26 @@ class Job:
         return self.hours if self.hours is not None else (self.limit_min or 0) / 60
 
 
-def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list[Job]:
-    """Every job ``cfg`` makes (the workflow's rules but the local ones)."""
+def run_seconds(cfg: Config, task: str, n: int, s: float, alone: float) -> dict[str, float]:
+    """A run's seconds of ``task`` on n workers: sync (and every cutoff policy: an upper bound,
+    a cut computes fewer) with s per sample over the union batch, a mode (async, cyclic) with
+    ``alone`` per sample, each worker's gradient alone; both with the loader's decoding and the
+    evaluations."""
+    run = cfg.for_task(task).training()  # its recipe's
+    iterations = iterations_at_n(run, n, TRAIN_SAMPLES[task])
+    decode = DECODE_S.get(task, 0.0) / max(1, run.loader_workers)
+    evals = math.ceil(iterations / run.eval_every) + (
+        math.ceil(NEAR_TARGET_SHARE * iterations) if run.eval_near_target > 0 else 0)
+    evaluating = evals * TEST_SAMPLES[task] * (s / 3 + decode)
+    samples = iterations * n * run.batch_size
+    return {"sync": samples * (s + decode) + evaluating,
+            "mode": samples * (alone + decode) + evaluating}
+
+
+def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str,
+         alone: dict[str, float] | None = None) -> list[Job]:
+    """Every job ``cfg`` makes (the workflow's rules but the local ones); ``alone``: s of a
+    worker's gradient alone per task (async, cyclic), default ALONE x s."""
     res, tc = cfg.resources, cfg.training()
     out = []
     for name, spec in cfg.traces.items():
@@ -94,19 +125,24 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str) -> list
                        res.model_runtime_min, None))
     out += _draws(cfg) + _ablations(cfg)
     gpus = 0 if device == "cpu" else res.train_gpus
+    pilots = set(pilot_traces(cfg).values()) if cfg.pilot.enabled else set()
+    rates = len({1.0, *cfg.pilot.lr_factors})
     for trace in cfg.train_traces():
         n = trace_workers(cfg, trace)
         for task in tc.tasks:
-            s, run = seconds_per_sample[task], cfg.for_task(task).training()  # its recipe's
-            iterations = iterations_at_n(run, n, TRAIN_SAMPLES[task])
-            seconds = (iterations * n * run.batch_size * s
-                       + math.ceil(iterations / run.eval_every) * TEST_SAMPLES[task] * s / 3)
+            s = seconds_per_sample[task]
+            seconds = run_seconds(cfg, task, n, s, s * ALONE[device] if alone is None
+                                  else alone[task])
+            if trace in pilots:  # a sync run per learning rate, one after another
+                out.append(Job("pilot", f"{trace}/{task}", 1, gpus, res.train_mem_mb,
+                               res.train_runtime_min, rates * seconds["sync"] / 3600))
             for policy in tc.policies:
                 if cfg.trace(trace).source != "simulate" and policy not in MODES and policy_spec(
                         policy).needs_truth:
                     continue  # the simulator's truth (bayes): simulated traces only
                 out.append(Job("train", f"{trace}/{task}/{policy}", len(tc.seeds), gpus,
-                               res.train_mem_mb, res.train_runtime_min, seconds / 3600))
+                               res.train_mem_mb, res.train_runtime_min,
+                               seconds["mode" if policy in MODES else "sync"] / 3600))
     for name, job in cfg.distributed.jobs.items():
         out.append(Job("distributed", name, 1, res.distributed_gpus_per_task * (job.workers + 1),
                        res.distributed_mem_mb, res.distributed_runtime_min, None))
@@ -166,31 +202,52 @@ def bill_device(cfg: Config, device: str | None) -> str:
     return "cuda" if cfg.resources.train_gpus > 0 else "cpu"
 
 
-def measure(cfg: Config, device) -> dict[str, float]:
-    """s of each task of the config on ``device``: one chunk of train.chunk_samples synthetic
-    samples through the task's network (``bdsgd.sgd.time_gradient``), per sample."""
+def measure(cfg: Config, device) -> tuple[dict[str, float], dict[str, float]]:
+    """s of each task of the config on ``device``, per sample: one chunk of train.chunk_samples
+    synthetic samples through the task's network (``bdsgd.sgd.time_gradient``), and one worker's
+    batch alone (train.batch_size, as async and cyclic compute it)."""
     import torch
 
     from bdsgd.devices import torch_settings
     from bdsgd.sgd import time_gradient
     from bdsgd.tasks import CLASSES, INPUT_SHAPES, NETWORKS
 
-    tc, out = cfg.training(), {}
+    tc, union, alone = cfg.training(), {}, {}
     with torch_settings(tc.threads, device):  # as the runs will train: train.threads
         for task in tc.tasks:
             torch.manual_seed(0)
             model = NETWORKS[task](CLASSES[task]).to(device)
-            chunk = tc.chunk_samples
-            x = torch.randn(chunk, *INPUT_SHAPES[task])
-            y = torch.randint(0, CLASSES[task], (chunk,))
-            out[task] = time_gradient(model, x, y, chunk, device, repeats=3) / chunk
+            for out, size in ((union, tc.chunk_samples), (alone, cfg.for_task(task).training().batch_size)):
+                x = torch.randn(size, *INPUT_SHAPES[task])
+                y = torch.randint(0, CLASSES[task], (size,))
+                out[task] = time_gradient(model, x, y, size, device, repeats=3) / size
+    return union, alone
+
+
+def assumptions(cfg: Config, device: str, measured: bool) -> list[str]:
+    """What the bill assumed, and what it measured."""
+    tc = cfg.training()
+    where = (f"measured here on {device} (synthetic samples)" if measured else
+             f"assumed (bdsgd.plan.SECONDS_PER_SAMPLE['{device}']): run `bdsgd plan --measure` "
+             "on the cluster's device")
+    out = [f"s per sample over the union batch in chunks of {tc.chunk_samples}: {where}",
+           "async and cyclic compute each worker's batch alone: " + (
+               "its s measured here" if measured else f"{ALONE[device]:g} x s assumed (bdsgd.plan.ALONE)"),
+           "a cutoff policy's run is billed as sync's: an upper bound (a cut computes fewer gradients)",
+           f"evaluations: the test set every train.eval_every iterations and after every iteration "
+           f"over the last {NEAR_TARGET_SHARE:.0%} of a run (train.eval_near_target), s / 3 a sample"]
+    out += [f"{task}: decoding not overlapped with the device, {DECODE_S[task]:.3g} s a sample per "
+            f"loader process over train.loader_workers, added to s" for task in tc.tasks
+            if task in DECODE_S]
     return out
 
 
-def bill(cfg: Config, measured: dict[str, float] | None, device: str) -> dict:
-    """The plan as JSON data: every job, the totals, and where s came from."""
+def bill(cfg: Config, measured: dict[str, float] | None, device: str,
+         alone: dict[str, float] | None = None) -> dict:
+    """The plan as JSON data: every job, the totals, and where s came from (``measured``:
+    ``measure``'s union batch, ``alone`` its worker's batch alone)."""
     per_sample = measured or {t: SECONDS_PER_SAMPLE[device][t] for t in cfg.training().tasks}
-    rows = jobs(cfg, per_sample, device)
+    rows = jobs(cfg, per_sample, device, alone)
     over = [j for j in rows if j.hours is not None and j.limit_min
             and j.hours * 60 > j.limit_min]
     return {
@@ -198,6 +255,8 @@ def bill(cfg: Config, measured: dict[str, float] | None, device: str) -> dict:
         "cells": record(cells(cfg, per_sample)),
         "seconds_per_sample": per_sample,
         "seconds_per_sample_from": "measured here" if measured else "SECONDS_PER_SAMPLE",
+        "seconds_per_sample_alone": alone or {t: s * ALONE[device] for t, s in per_sample.items()},
+        "assumptions": assumptions(cfg, device, measured is not None),
         "jobs": [{**dataclasses.asdict(j), "charged_hours": j.charged_hours} for j in rows],
         "total_jobs": sum(j.count for j in rows),
         "gpu_hours": sum(j.count * j.gpus * j.charged_hours for j in rows),
@@ -226,6 +285,7 @@ def format_bill(plan: dict) -> str:
                  f"(limits where no estimate"
                  + ("; runs stop after their target, so at most" if plan["upper_bound"] else "")
                  + ")")
+    lines += ["assumed and measured:", *(f"  - {a}" for a in plan["assumptions"])]
     if plan["runs_over_their_limit"]:
         lines.append("over resources.train_runtime_min (they need a longer limit or a requeue): "
                      + ", ".join(plan["runs_over_their_limit"]))

@@ -34,6 +34,21 @@ def trace_workers(cfg: Config, name: str) -> int:
     return import_trace(trace.path, trace.format).n_workers
 
 
+def pilot_traces(cfg: Config) -> dict[str, str]:
+    """Each convergence trace -> the trace its task's pilot runs on (``bdsgd.training.pilot``):
+    the first of train.trace with as many workers, since a cluster's size is what changes a
+    recipe's batch and steps. An imported trace is its own (its size is in its file, which the
+    workflow does not read to build its DAG)."""
+    def size(name: str):
+        spec = cfg.trace(name)
+        return name if spec.source == "import" else trace_workers(cfg, name)
+
+    first: dict = {}
+    for name in cfg.train_traces():
+        first.setdefault(size(name), name)
+    return {name: first[size(name)] for name in cfg.train_traces()}
+
+
 def _static(policies) -> bool:
     """Whether ``policies`` run Chen et al.'s static cutoff at policies.static_backups."""
     return any(p.split("+")[0].removeprefix("explore-") == "static" for p in policies)

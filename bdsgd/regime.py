@@ -9,8 +9,9 @@ communication at c = n over the median gradient time.
 The optimum bounds every policy from above (late workers that finish only lower what a cut
 gains), so a cell whose optimum gains less than ``SEPARATES`` over sync cannot separate the
 policies: BDSGD, Chen et al.'s backup workers, sync and async would tie there whatever is
-trained. A cell on the simulator's calm scenario is a control, where no policy should gain; a
-straggler cell is ``INFORMATIVE`` when the optimum gains at least 3 %.
+trained. A cell on the simulator's calm scenario, or on a trace the config declares a control
+(``traces.<name>.control``: a real job without stragglers), is a control, where no policy should
+gain; a straggler cell is ``INFORMATIVE`` when the optimum gains at least 3 %.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def cell(cfg: Config, trace_name: str, trace, task: str, seconds_per_sample: flo
     spec = cfg.trace(trace_name)
     return Cell(trace_name, task, trace.n_workers, g if compute is not None else float(np.median(x)),
                 cluster.comm_to_compute(x), best / cluster.sync_rate(x), best / fixed, fixed_c,
-                spec.source == "simulate" and spec.simulate.scenario in CONTROLS)
+                spec.control or (spec.source == "simulate" and spec.simulate.scenario in CONTROLS))
 
 
 def cells(cfg: Config, seconds_per_sample: dict[str, float]) -> list[Cell]:
@@ -116,6 +117,13 @@ def require_separating(source: str, rows: list[dict]) -> None:
                             f"{c['comm_to_compute']:.3g} x compute, +{c['over_sync'] - 1:.1%})"
                             for c in bad)
                         + ": make compute dominate (fabric, shards, batch) or drop the cells")
+
+
+def refuse_ties(cfg: Config, seconds_per_sample: dict[str, float]) -> None:
+    """A config that is ``strict`` with a cell that cannot separate the policies is its error
+    (the workflow's onstart); the cells judged at ``seconds_per_sample``."""
+    if cfg.strict:
+        require_separating(cfg.source, record(cells(cfg, seconds_per_sample)))
 
 
 def format_cells(rows: list[dict]) -> str:

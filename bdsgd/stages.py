@@ -30,6 +30,9 @@ STAGE_READS = {
                    "throughput.comm_ratios", "throughput.decide_every", "throughput.period_policies",
                    "network", "resources.throughput_threads"),
     "train": ("experiment", "traces", "policies", "throughput.comm_s", "network", "wandb", *_RUN),
+    # bdsgd pilot: sync runs, not logged to W&B
+    "pilot": ("experiment", "traces", "policies", "throughput.comm_s", "network",
+              "pilot.lr_factors", *_RUN),
     "distributed": ("experiment", "traces", "policies", "wandb", *_RUN),  # bdsgd distributed
 }
 STAGE_FLAGS = {"gather_trace": ("train.data_dir",)}  # read, but given as a flag by its rule
@@ -70,7 +73,8 @@ class _Guarded:
         __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = lambda self, *_: self._fail()
 
 
-def _unwrap(value):
+def unguarded(value):
+    """A config section as it is, whether its stage guards it or not (to build a changed copy)."""
     return value._value if isinstance(value, _Guarded) else value
 
 
@@ -79,7 +83,7 @@ def for_stage(cfg: Config, stage: str) -> Config:
     (a section declared in part stays None where the file has none of it)."""
     reads, changes = STAGE_READS[stage], {}
     for f in dataclasses.fields(Config):
-        changes[f.name] = value = _unwrap(getattr(cfg, f.name))
+        changes[f.name] = value = unguarded(getattr(cfg, f.name))
         keys = frozenset(k.partition(".")[2] for k in reads if k.startswith(f"{f.name}."))
         if f.name != "source" and f.name not in reads and not (keys and value is None):
             changes[f.name] = _Guarded(value, f.name, stage, keys)

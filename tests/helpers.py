@@ -249,9 +249,10 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
     first command that fails."""
     import yaml
 
-    from bdsgd.config import trace_names
+    from bdsgd.config import from_dict, trace_names
     from bdsgd.layout import Layout, cluster_draw
     from bdsgd.policies import model_files
+    from bdsgd.preflight import pilot_traces
 
     cfg = yaml.safe_load(config.read_text())
     paths = Layout.of(cfg["experiment"])
@@ -313,7 +314,12 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
               "--period-sweep", paths.throughput(name, "period_sweep.csv"))
     train = cfg["train"]
     traces = trace_names(train["trace"])
+    pilots = set(pilot_traces(from_dict(cfg)).values())
     for trace in traces:
+        for task in train["tasks"] if trace in pilots else ():  # before the runs, as the DAG
+            bdsgd("pilot", "--config", config, "--task", task, "--trace", paths.trace(trace, "test"),
+                  "--history", paths.trace(trace, "train"),
+                  "--out", Path(paths.pilot(trace, task)).parent)
         for seed in train["seeds"]:
             cluster = cluster_draw(trace, seed) if cfg["traces"][trace]["source"] == "simulate" \
                 else trace

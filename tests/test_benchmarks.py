@@ -146,3 +146,22 @@ def test_a_script_run_twice_with_results_keeps_one_block(tmp_path):
     assert text.count("### `.venv/bin/python benchmarks/scenarios.py --seeds 1`") == 1
     assert text.count("## scenarios.py") == 1 and "kept" in text
     assert "hindsight_best_mean_cutoff" in text  # what the script printed
+
+
+@pytest.mark.slow  # writes three data sets and trains each task's network
+def test_the_gpu_script_runs_end_to_end_at_toy_sizes(tmp_path):
+    """benchmarks/gpu_check.py --tiny on this machine's CPU: the data written in the real
+    formats and read back by the trainer, the bill's s measured for every task, one cell each,
+    the one table printed."""
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_check.py"), "--tiny", "--device",
+                           "cpu", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
+            if line.split()[:1] and line.split()[0] in ("mnist", "cifar10", "imagenet")}
+    assert sorted(rows) == ["cifar10", "imagenet", "mnist"], proc.stdout
+    for task, row in rows.items():
+        s, alone, batch, per_iteration = float(row[1]), float(row[3]), int(row[6]), float(row[7])
+        assert s > 0 and alone > 0 and batch == 4 and per_iteration > 0, (task, row)
+        assert row[-2:] == ["-", "-"]  # no GPU memory or utilisation on a CPU
+    assert (tmp_path / "runs/imagenet/result.json").exists()

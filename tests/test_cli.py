@@ -30,6 +30,7 @@ ENTRY_POINTS = [
     "model prior",  # its runs: tests/test_prior.py
     "distributed",  # its runs: tests/test_distributed.py
     "plan",  # its runs: tests/test_plan.py
+    "pilot",  # its runs: tests/test_pilot.py
 ]
 CONTRACT_KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50"}
 # Each program a user or a job starts, once as a process: the console script and `python -m`

@@ -108,6 +108,48 @@ def test_an_iteration_under_abandon_by_hand():
     assert second.duration == 1.5 and second.late is None
 
 
+def _event_line_with_stale(a, stale, s_in, h, latency):
+    """The server by events with stale gradients too: the link takes every gradient in arrival
+    order (a counted one first on a tie), the adder only the counted ones."""
+    jobs = sorted([(t, 0) for t in a] + [(t, 1) for t in stale])
+    link = add = -np.inf
+    out = []
+    for t, is_stale in jobs:
+        link = max(t, link) + s_in
+        if not is_stale:
+            add = max(link + latency, add) + h
+            out.append(add)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stale_gradients_cross_the_link_in_the_event_simulations_order(seed):
+    """Under finish, late workers' stale gradients reach the server during the next iteration:
+    they hold its link (and only its link) in arrival order with the counted ones."""
+    rng = np.random.default_rng(seed)
+    a, stale = np.sort(rng.exponential(2e-3, size=9)), rng.exponential(2e-3, size=3)
+    for gbyte_s in (0.5, 8.0):
+        net = Network("ps", aggregate_bytes_s=gbyte_s * 1e9, update_bytes_s=2e9, **LINK)
+        tail = net.update_s + 1e-4 + 9 * 1e-3
+        np.testing.assert_allclose(net.durations(a, stale), _event_line_with_stale(
+            a, stale, 1e-3, net.aggregate_s, 1e-4) + tail, rtol=1e-12)
+        assert (net.durations(a, stale) >= net.durations(a) - 1e-15).all()
+
+
+def test_a_stale_gradient_delays_the_next_iteration_on_a_busy_link():
+    """One server, 1 ms a push, 0.1 ms latency. Iteration 0 cuts worker 2 (10.5 ms) at c = 2 and
+    ends at 2 + 1 + 0.2 + 3 = 6.2 ms; under finish it delivers its stale gradient 4.3 ms into
+    iteration 1, when the others' gradients arrive: the link takes four pushes, not three, and
+    the iteration ends at 8.3 + 0.2 + 3 = 11.5 ms instead of 10.5."""
+    net = Network("ps", **LINK)
+    clock = SyncClock(net, 3, "finish")
+    assert clock.iteration(0, np.array([1e-3, 1e-3, 10.5e-3]), 2).duration == pytest.approx(6.2e-3)
+    assert clock.busy[2] == pytest.approx(4.3e-3)
+    second = clock.iteration(1, np.array([4.3e-3, 4.3e-3, 1e-3]), 3)
+    assert second.duration == pytest.approx(11.5e-3)
+    assert net.durations(np.array([4.3e-3, 4.3e-3, 5.3e-3]))[-1] == pytest.approx(10.5e-3)
+
+
 def test_an_iteration_under_finish_by_hand():
     """Worker 2 (4 s) is cut at tau = 2, the iteration ends at 2.5: it finishes 1.5 into the
     next one, which then waits for it."""

@@ -13,7 +13,7 @@ from tests.helpers import REPO, tiny_config
 SECTIONS = {
     "model": C.ModelConfig, "policies": C.PoliciesConfig, "throughput": C.ThroughputConfig,
     "train": C.TrainConfig, "wandb": C.WandbConfig, "resources": C.ResourcesConfig,
-    "distributed": C.DistributedConfig,
+    "distributed": C.DistributedConfig, "pilot": C.PilotConfig,
 }
 
 
@@ -246,7 +246,7 @@ def test_a_run_reads_its_tasks_recipe_and_one_trace(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     staged = S.load_stage_config(path, "train", "digits")
     assert staged.run_trace() == "pai" and staged.training().learning_rate == 0.4
-    cfg["train"]["recipes"] = {"digits": {"batch_size": 8}}  # not a recipe's key
+    cfg["train"]["recipes"] = {"digits": {"data_dir": "x"}}  # not a recipe's key
     with pytest.raises(UserError, match="train.recipes"):
         C.from_dict(cfg)
     cfg["train"] |= {"recipes": {}, "trace": ["sim", "nope"]}

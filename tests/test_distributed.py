@@ -101,6 +101,24 @@ def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(distribu
     assert model.exists()
 
 
+@pytest.mark.slow
+def test_the_server_records_each_workers_own_compute_seconds(distributed_jobs):
+    """The metrics' compute_s: per iteration each worker's compute seconds as the worker measured
+    them (its gradient and its injected wait: 0.02 s, 5x for the straggler), none where no
+    gradient of that iteration came. Under abandon the straggler is cut and drops its work every
+    time; under finish its late gradients carry its own seconds, across the job's kill and
+    resume."""
+    (static, _), finish = distributed_jobs["static"], distributed_jobs["finish"].result
+    x = np.stack(pd.read_parquet(static["metrics"])["compute_s"])
+    assert x.shape == (30, WORKERS)
+    assert np.isnan(x[:, 1]).all() and not np.isnan(x[:, [0, 2]]).any()
+    assert (x[:, [0, 2]] >= 0.02).all() and np.median(x[:, [0, 2]]) < 0.05
+    y = np.stack(pd.read_parquet(finish["metrics"])["compute_s"])
+    late = y[~np.isnan(y[:, 1]), 1]
+    assert len(late) >= 3 and (late >= 5 * 0.02).all()
+    assert not np.isnan(y[:, [0, 2]]).any() and np.median(y[:, [0, 2]]) < 0.05
+
+
 def test_bad_flags_are_one_line_errors(tmp_path, config, capsys):
     for flags, field in ((("--inject-straggler", "1x5"), "--inject-straggler"),
                          (("--kill-worker", "7:3"), "--kill-worker"),

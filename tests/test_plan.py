@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bdsgd.config import from_dict, load_config
-from bdsgd.plan import LOCAL, SECONDS_PER_SAMPLE, TEST_SAMPLES, bill, jobs
+from bdsgd.plan import ALONE, LOCAL, SECONDS_PER_SAMPLE, TEST_SAMPLES, bill, jobs
 from tests.helpers import REPO, bdsgd_in_process, run_cli, snakemake
 from tests.test_slurm import job_stats
 
@@ -28,18 +28,19 @@ def test_the_plans_jobs_are_the_dags(config, tmp_path):
     assert dict(planned) == dag
 
 
-def cfg_of(iterations: int):
+def cfg_of(iterations: int, policies=("sync", "bdsgd"), **sections):
     return from_dict({"experiment": "x", "traces": {"t": {"source": "simulate",
                                                           "simulate": {"workers": 8}}},
-                      "resources": {"train_gpus": 1, "train_runtime_min": 1},
-                      "train": {"trace": "t", "tasks": ["mnist"], "policies": ["sync", "bdsgd"],
+                      "resources": {"train_gpus": 1, "train_runtime_min": 4},
+                      "train": {"trace": "t", "tasks": ["mnist"], "policies": list(policies),
                                 "seeds": [0, 1, 2], "batch_size": 32,
-                                "max_iterations": iterations, "eval_every": 100}})
+                                "max_iterations": iterations, "eval_every": 100}, **sections})
 
 
 def test_a_runs_estimate_is_the_formula():
     plan = bill(cfg_of(1000), {"mnist": 1e-4}, "cuda")
-    seconds = 1000 * 8 * 32 * 1e-4 + 10 * TEST_SAMPLES["mnist"] * 1e-4 / 3  # 28.9 s
+    # every 100th iteration and each of the last 10 % (near the target): 110 evaluations
+    seconds = 1000 * 8 * 32 * 1e-4 + 110 * TEST_SAMPLES["mnist"] * 1e-4 / 3  # 62.3 s
     runs = [j for j in plan["jobs"] if j["rule"] == "train"]
     assert [(j["name"], j["count"], j["gpus"]) for j in runs] == [("t/mnist/sync", 3, 1),
                                                                   ("t/mnist/bdsgd", 3, 1)]
@@ -48,8 +49,26 @@ def test_a_runs_estimate_is_the_formula():
         j["count"] * j["gpus"] * j["charged_hours"] for j in plan["jobs"] if j["rule"] != "train"))
     assert plan["runs_over_their_limit"] == [] and math.isclose(
         plan["seconds_per_sample"]["mnist"], 1e-4)
-    longer = bill(cfg_of(10_000), {"mnist": 1e-4}, "cuda")  # 259 s against a 1-minute limit
-    assert longer["runs_over_their_limit"] == ["t/mnist/sync", "t/mnist/bdsgd"]
+    longer = bill(cfg_of(10_000), {"mnist": 1e-4}, "cuda")  # 623 s against a 4-minute limit
+    assert longer["runs_over_their_limit"] == ["t/mnist", "t/mnist/sync", "t/mnist/bdsgd"]
+
+
+def test_modes_are_billed_per_gradient_and_the_pilot_per_rate_and_the_bill_says_so():
+    """async computes each worker's batch alone (ALONE x s where not measured, the measured s
+    where given); the pilot is its sync run per learning rate; the assumptions are listed."""
+    cfg = cfg_of(1000, ("sync", "async"), pilot={"lr_factors": [0.5, 1.0, 2.0]})
+    evaluations = 110 * TEST_SAMPLES["mnist"] * 1e-4 / 3
+    hours = {j["name"]: j["hours"] for j in bill(cfg, {"mnist": 1e-4}, "cuda")["jobs"]
+             if j["rule"] in ("train", "pilot")}
+    samples = 1000 * 8 * 32
+    assert hours["t/mnist/async"] == pytest.approx((samples * 1e-4 * ALONE["cuda"] + evaluations) / 3600)
+    assert hours["t/mnist"] == pytest.approx(3 * hours["t/mnist/sync"])  # the pilot's 3 rates
+    measured = bill(cfg, {"mnist": 1e-4}, "cuda", alone={"mnist": 5e-4})
+    async_run = next(j for j in measured["jobs"] if j["name"] == "t/mnist/async")
+    assert async_run["hours"] == pytest.approx((samples * 5e-4 + evaluations) / 3600)
+    text = " ".join(bill(cfg, None, "cuda")["assumptions"])
+    assert "assumed (bdsgd.plan.SECONDS_PER_SAMPLE['cuda'])" in text and "15 x s assumed" in text
+    assert "measured here on cuda" in " ".join(measured["assumptions"])
 
 
 def test_plan_prints_and_writes_the_bill(tmp_path):
@@ -117,3 +136,27 @@ def test_the_plan_states_each_cells_regime_and_strict_refuses_a_tie(tmp_path):
     proc = run_cli("plan", "--config", config, "--strict", check=False)
     assert proc.returncode == 2 and "t x mnist" in proc.stderr.strip().splitlines()[-1]
     assert "cannot separate" in proc.stdout  # the table is printed before the refusal
+
+
+def test_strict_accepts_the_paper_config_and_refuses_its_old_network(tmp_path):
+    """configs/paper.yaml's cells all separate the policies or are controls; the same grid on
+    one 10 GbE server moving ImageNet's gradient cannot, and --strict says so in one line."""
+    config = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
+    data = tmp_path / "data"
+    for folder in ("cifar-10-batches-py", "imagenet/train", "imagenet/val"):
+        (data / folder).mkdir(parents=True)  # --strict checks the data folders too
+    config["train"]["data_dir"] = str(data)
+    paper = tmp_path / "paper.yaml"
+    paper.write_text(yaml.safe_dump(config))
+    proc = run_cli("plan", "--config", paper, "--strict", check=False)
+    assert proc.returncode == 0, proc.stderr
+    verdicts = Counter(line.split()[-1] for line in proc.stdout.splitlines()
+                       if line.startswith(("sim-", "pai-")) and "/" not in line)
+    assert verdicts == {"informative": 2, "control": 4}, proc.stdout
+    config["network"] = {"topology": "ps", "bandwidth_gbit_s": 10.0, "latency_s": 5.0e-5}
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(config))
+    proc = run_cli("plan", "--config", old, "--strict", check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"{old}: network: cannot separate" in proc.stderr
+    assert "sim-straggler x imagenet" in proc.stderr

@@ -47,6 +47,12 @@ def test_a_good_config_passes_and_a_plan_away_from_the_data_checks_no_folder():
     ({"policies": {"static_backups": 30}}, "policies.static_backups"),
     ({"train": {"trace": "t", "tasks": ["mnist"], "data_dir": "nowhere"}}, "train.data_dir"),
     ({"network": {"topology": "tree"}}, "network.topology"),  # the schema's, at parse time
+    # strict: a straggler cell on a link 1,000 times slower than its compute ties with sync
+    ({"strict": True, "traces": {"t": {"source": "simulate", "simulate": {
+        "workers": 4, "iterations": 40, "scenario": "emerging-straggler"}}},
+      "network": {"topology": "ps", "bandwidth_gbit_s": 0.01},
+      "train": {"trace": "t", "tasks": ["digits"], "max_iterations": 5, "clock": "scaled",
+                "gradient_s": 1e-4}}, "network: cannot separate"),
 ])
 def test_the_workflow_stops_before_its_first_job(tmp_path, changes, key):
     path = tmp_path / "bad.yaml"
@@ -55,7 +61,7 @@ def test_the_workflow_stops_before_its_first_job(tmp_path, changes, key):
                      "--configfile", str(path), "--cores", "1")
     assert proc.returncode != 0
     last = (proc.stdout + proc.stderr).strip().splitlines()[-1]
-    assert last.startswith(f"bdsgd: error: {path}: {key}: ")
+    assert last.startswith(f"bdsgd: error: {path}: {key}")
     assert not (tmp_path / "wd" / "results").exists()  # no job ran
 
 

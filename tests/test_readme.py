@@ -133,6 +133,11 @@ def test_command(command):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     elif program == "bdsgd":
         check_bdsgd(words, launcher)
+    elif Path(program).name == "python" and words[1].startswith("benchmarks/"):
+        proc = user_shell(shlex.join([*words[:2], "--help"]), setup=False)  # a benchmark script
+        assert proc.returncode == 0, proc.stderr
+        for flag in re.findall(r"--[a-z][a-z-]*", " ".join(words[2:])):
+            assert re.search(rf"{flag}\b", proc.stdout), f"{words[1]}: no {flag}"
     elif program in NOT_RUN:
         if program in INSTALLED:
             assert user_shell(f"command -v {program}").stdout.startswith(str(VENV_BIN))

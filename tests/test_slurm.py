@@ -95,6 +95,9 @@ def test_paper_dry_run_shows_what_each_job_asks_slurm_for(tmp_path, monkeypatch)
     (gather,) = requests.pop("gather_trace")
     for want in ("tasks=32", "mpi=srun", "cpus_per_task=1", "nodes=1"):
         assert want in gather.split(", "), (want, gather)
+    # the pilot trains as a run does: a GPU, the warning before its time limit
+    (pilot,) = requests.pop("pilot")
+    assert "gpu=1" in pilot and "slurm_extra=--signal=TERM@180" in pilot.split(", "), pilot
     # every job asks for the user's partition; no other job asks for a GPU
     assert all("slurm_partition=gpu-a100" in r for rs in (*requests.values(), train) for r in rs)
     assert not [r for rs in requests.values() for r in rs if re.search(r"\bgpu=[1-9]", r)]

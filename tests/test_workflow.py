@@ -77,7 +77,8 @@ def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
     stages = a / "results/tiny/config"
     raw = {str(p.relative_to(stages).with_suffix("")): yaml.safe_load(p.read_text())
            for p in stages.rglob("*.yaml")}
-    assert set(raw) == {"simulate_trace/sim", "train/digits@sim", "train_prior/prior", *(
+    assert set(raw) == {"simulate_trace/sim", "train/digits@sim", "pilot/digits@sim",
+                        "train_prior/prior", *(
         f"{stage}/{trace}" for stage in ("train_model", "evaluate_model", "throughput")
         for trace in ("sim", "pai"))}
     for name, data in raw.items():
@@ -163,7 +164,7 @@ UPSTREAM = {"simulate_trace", "import_trace", "gather_trace", "split_trace",
 @pytest.mark.parametrize("change", ["none", "seed", "wandb.mode", "train.learning_rate"])
 def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
     """One more seed adds its runs, on a cluster drawn for it (simulated, split, modelled), and
-    redraws the figures; a new train: key reruns the convergence runs; a new wandb.mode reruns
+    redraws the figures; a new train: key reruns the pilot and the convergence runs; a new wandb.mode reruns
     the stages that log to W&B (model training and the convergence runs) and what reads their
     outputs. None touches an existing trace (each stage reads its own config file,
     results/<exp>/config/<rule>/<name>.yaml)."""
@@ -196,13 +197,16 @@ def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
                    for rule in draw for f in jobs.pop(rule)), jobs
         assert "stage_config" not in jobs
     assert not UPSTREAM & set(jobs), jobs
-    assert set(jobs) <= {"resolved_config", "stage_config", "train", "figures"}, jobs
+    assert set(jobs) <= {"resolved_config", "stage_config", "pilot", "train", "figures"}, jobs
     assert "figures" in jobs
-    if change == "seed":
+    if change == "seed":  # the pilot trains seed 0 only
         assert jobs["train"] == {f"{runs}/{p}/seed1/{f}" for p in ("sync", "bdsgd") for f in outputs}
-    else:  # the train stage's config changed: every run reads it
-        assert jobs["stage_config"] == {"results/tiny/config/train/digits@sim.yaml"}
+        assert "pilot" not in jobs
+    else:  # the train stage's config changed: every run reads it, and the pilot
+        assert jobs["stage_config"] == {f"results/tiny/config/{stage}/digits@sim.yaml"
+                                        for stage in ("train", "pilot")}
         assert jobs["train"] == {f"{runs}/{p}/seed0/{f}" for p in ("sync", "bdsgd") for f in outputs}
+        assert jobs["pilot"] == {"results/tiny/pilot/sim/digits/pilot.json"}
 
 
 def test_a_distributed_job_asks_for_a_task_per_process_and_launches_through_srun(tmp_path):

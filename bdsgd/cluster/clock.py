@@ -9,7 +9,9 @@ the workers it did not wait for (``network.late``, as ``distributed.late`` on th
 
     finish    they complete it (the server drops it as stale) and start the next one late:
               d_t+1,w = max(0, a_t,w - D_t), as in TensorFlow's SyncReplicasOptimizer and as any
-              worker in the middle of a backward pass does. A worker still busy all through
+              worker in the middle of a backward pass does. The stale gradient reaches the
+              server d_t+1,w into the next iteration and crosses its link with that iteration's
+              (``bdsgd.cluster.network``). A worker still busy all through
               iteration t (d_t,w >= D_t) never started its gradient: it owes only the old one,
               d_t+1,w = d_t,w - D_t, and then starts on the parameters of the iteration it
               finishes in, one gradient at a time. A late gradient that arrives before the next
@@ -54,7 +56,9 @@ class SyncClock:
     def iteration(self, t: int, x: np.ndarray, c: int) -> Observation:
         """Iteration t on run-times x (n,) with cutoff c: what the server sees."""
         arrival = self.busy + x
-        obs = observation(t, arrival, c, self.comm)
+        # under finish the workers still busy deliver their stale gradient meanwhile
+        stale = self.busy[self.busy > 0] if self.late == "finish" else None
+        obs = observation(t, arrival, c, self.comm, stale)
         computing = np.minimum(arrival, obs.duration)
         useful = float(x[obs.observed].sum())  # the accepted workers' own run-times
         self.worker_s += (useful, computing.sum() - useful, (obs.duration - computing).sum())

@@ -63,15 +63,16 @@ class Observation:
         return self.cutoff_time + self.comm_s
 
 
-def observation(t: int, x: np.ndarray, c: int, comm=0.0) -> Observation:
+def observation(t: int, x: np.ndarray, c: int, comm=0.0, stale: np.ndarray | None = None) -> Observation:
     """What the server sees when it stops after the c fastest of run-times x (ties: by worker);
-    ``comm`` as in ``durations``: the iteration ends at D(c)."""
+    ``comm`` as in ``durations``: the iteration ends at D(c) (``stale``: the late workers' stale
+    gradients' arrivals, which a network's server also receives)."""
     order = np.argsort(x, kind="stable")
     seen = np.full(x.shape, np.nan)
     seen[order[:c]] = x[order[:c]]
     tau = float(x[order[c - 1]])
     if hasattr(comm, "durations"):
-        comm_s = float(comm.durations(x[order])[c - 1]) - tau
+        comm_s = float(comm.durations(x[order], stale)[c - 1]) - tau
     else:
         comm = np.asarray(comm, dtype=float)
         comm_s = float(comm if comm.ndim == 0 else comm[c - 1])

@@ -1,14 +1,16 @@
 """Communication on the virtual cluster: when an iteration ends, given when its gradients are done.
 
 A gradient is G bytes (four per parameter); every link has bandwidth B bytes/s each way (full
-duplex: pushes in and copies out do not share it) and a latency of L seconds per message; the
+duplex: pushes in and copies out do not share it) and a latency of L seconds per message; each
+message also holds the sender's or receiver's side of the link o seconds (its software cost: the
+send and receive calls, the copy into a buffer), so one crossing keeps a link busy o + G / B; the
 server sums a gradient at A bytes/s and takes its SGD step at U bytes/s of parameters; n workers.
 A synchronous iteration starts when the parameters leave the server; worker w's gradient is done
 a_w later. With the arrivals sorted, a_(1) <= ... <= a_(n), an iteration that applies the c first
 ends at D(c):
 
     constant   D(c) = a_(c) + comm_s                        a fixed charge, whatever is moved
-    ps         each gradient crosses the server's inbound link as soon as it is done (s_in = G/B
+    ps         each gradient crosses the server's inbound link as soon as it is done (s_in = o + G/B
                each, in turn) and is summed on arrival (h = G/A each, in turn): a two-stage line
                whose c-th departure is max_{j<=c} (a_(j) + s_in + L + h + (c - j) max(s_in, h));
                then the step (u = G/U) and the new parameters out to all n over the outbound link
@@ -18,7 +20,12 @@ ends at D(c):
     ring       backup workers on a ring all-reduce: the ring spans all n workers (it is formed
                before anyone knows who will be late), the n - c cut ones abandon their gradient
                and contribute zeros, every worker receives the sum:
-               D(c) = a_(c) + 2 (n - 1) (L + G / (n B)) + u
+               D(c) = a_(c) + 2 (n - 1) (L + o + G / (n B)) + u
+
+Under ``late: finish`` a cut worker's stale gradient still reaches the server and crosses its
+link (it is dropped after): one iteration's D(c) then merges those arrivals into the line, as
+``Network.durations(..., stale)`` does, so a cut that leaves many late workers saves less of the
+link than it appears to.
 
 Early gradients cross the link while later workers still compute, so where compute is spread out
 a cut saves little communication, and where the arrivals bunch up it saves c gradients' worth of
@@ -66,6 +73,7 @@ class Network:
     gradient_bytes: float = 0.0  # G
     bandwidth_bytes_s: float = 1.25e9  # B, each way
     latency_s: float = 0.0  # L
+    message_s: float = 0.0  # o: seconds each message holds a link beyond its bytes
     shards: int = 1  # k, sharded only
     aggregate_bytes_s: float = np.inf  # A: gradient bytes the server sums per second
     update_bytes_s: float = np.inf  # U: parameter bytes the server's SGD step updates per second
@@ -82,7 +90,7 @@ class Network:
     @property
     def push_s(self) -> float:
         """s_in: seconds one gradient's share keeps a server's link busy (one way)."""
-        return self._share / self.bandwidth_bytes_s
+        return self.message_s + self._share / self.bandwidth_bytes_s
 
     @property
     def aggregate_s(self) -> float:
@@ -95,22 +103,40 @@ class Network:
         worker's whole model)."""
         return self._share / self.update_bytes_s
 
-    def durations(self, sorted_arrivals: np.ndarray) -> np.ndarray:
+    def durations(self, sorted_arrivals: np.ndarray, stale: np.ndarray | None = None) -> np.ndarray:
         """D(c) for c = 1..n, seconds from the iteration's start, for arrivals sorted along the
-        last axis (any leading shape)."""
+        last axis (any leading shape). ``stale``: when late workers' stale gradients reach a
+        server during the iteration (one iteration's arrivals, ``late: finish``)."""
         a = np.asarray(sorted_arrivals, dtype=float)
         n = a.shape[-1]
         if self.topology == "constant":
             return a + self.comm_s
+        if stale is not None and len(stale) and self.topology != "ring":
+            return self._with_stale(a, np.asarray(stale, dtype=float))
         if self.topology == "ring":
-            return a + 2 * (n - 1) * (self.latency_s + self.gradient_bytes / (n * self.bandwidth_bytes_s)) \
-                + self.update_s
+            step = self.latency_s + self.message_s + self.gradient_bytes / (n * self.bandwidth_bytes_s)
+            return a + 2 * (n - 1) * step + self.update_s
         s_in, h = self.push_s, self.aggregate_s
         s = max(s_in, h)
         j = np.arange(n) * s
         # max_{j<=c} (a_(j) + (c - j) s) = c s + running max of (a_(j) - j s)
         line = np.maximum.accumulate(a - j, axis=-1) + j
         return line + s_in + h + self.update_s + 2 * self.latency_s + n * s_in
+
+    def _with_stale(self, a: np.ndarray, stale: np.ndarray) -> np.ndarray:
+        """D(c) of one iteration whose server also receives stale gradients: each crosses the
+        link in arrival order with the others (s_in), and is neither summed nor counted. The two
+        stages as a tandem line: the k-th crossing ends at max_{j<=k} (m_(j) + (k - j + 1) s_in)
+        over the merged arrivals m; the i-th counted sum at max_{j<=i} (l_j + (i - j + 1) h) over
+        the counted crossings' ends l."""
+        s_in, h, n = self.push_s, self.aggregate_s, len(a)
+        merged = np.concatenate([a, stale])
+        order = np.argsort(merged, kind="stable")  # ties: a counted gradient first
+        k = np.arange(len(merged)) * s_in
+        crossed = (np.maximum.accumulate(merged[order] - k) + k + s_in)[order < n]
+        i = np.arange(n) * h
+        summed = np.maximum.accumulate(crossed - i) + i + h
+        return summed + self.update_s + 2 * self.latency_s + n * s_in
 
     def comm(self, n: int) -> np.ndarray:
         """D(c) - a_(c) for c = 1..n when all n gradients are done at once: what the network adds
@@ -140,10 +166,12 @@ class Timing:
     network: Network
     factor: float = 1.0
 
-    def durations(self, sorted_arrivals: np.ndarray) -> np.ndarray:
-        """D(c) for c = 1..n in the trace's units, for arrivals in the trace's units."""
-        return self.network.durations(np.asarray(sorted_arrivals, dtype=float) * self.factor) \
-            / self.factor
+    def durations(self, sorted_arrivals: np.ndarray, stale: np.ndarray | None = None) -> np.ndarray:
+        """D(c) for c = 1..n in the trace's units, for arrivals (and stale ones) in the trace's
+        units."""
+        f = self.factor
+        return self.network.durations(np.asarray(sorted_arrivals, dtype=float) * f,
+                                      None if stale is None else np.asarray(stale) * f) / f
 
     def comm(self, n: int) -> np.ndarray:
         """``Network.comm`` in the trace's units."""

@@ -105,16 +105,17 @@ def network(cfg: Config, gradient_bytes: float, comm_s: float | None = None) -> 
     net = cfg.network
     gbit, latency = FABRICS[net.fabric] if net.fabric else (net.bandwidth_gbit_s, net.latency_s)
     return Network(net.topology, cfg.throughput.comm_s if comm_s is None else comm_s,
-                   float(gradient_bytes), gbit * BYTES_PER_GBIT, latency, net.shards,
-                   net.aggregate_gbyte_s * GBYTE, net.update_gbyte_s * GBYTE)
+                   float(gradient_bytes), gbit * BYTES_PER_GBIT, latency, net.message_s,
+                   net.shards, net.aggregate_gbyte_s * GBYTE, net.update_gbyte_s * GBYTE)
 
 
 def swept(cfg: Config, topology: str, ratio: float, typical: float, n: int) -> Network:
     """The communication sweep's network: of the config's but ``topology`` and a gradient that a
     single server's link needs ``ratio`` x ``typical`` seconds for n pushes and n copies, G / B =
-    ratio typical / (2 n); the server's own work scaled alike (the sweep is about the link)."""
+    ratio typical / (2 n) with no cost per message; the server's own work scaled alike (the sweep
+    is about the link)."""
     net = cfg.network
-    return Network(topology, 0.0, ratio * typical / (2 * n), 1.0, net.latency_s, net.shards,
+    return Network(topology, 0.0, ratio * typical / (2 * n), 1.0, net.latency_s, 0.0, net.shards,
                    net.aggregate_gbyte_s / net.bandwidth_gbit_s * 8,
                    net.update_gbyte_s / net.bandwidth_gbit_s * 8)
 

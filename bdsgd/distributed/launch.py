@@ -105,8 +105,10 @@ def node(job: Job) -> None:
     if world != job.workers + 1:
         raise UserError("--workers", "workers", f"{job.workers} workers need {job.workers + 1} "
                         f"processes (a server and the workers), got {world}")
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=5))
+    # the heartbeat store first: once the process group's connections are up, one of their
+    # ephemeral ports may be the store's
     kv = store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=5))
     cfg = _config(job)
     tc = cfg.training()
     device = select_device(tc.device, ranks["local"], cfg.source)

@@ -1,8 +1,15 @@
 """The parameter server (rank 0): iterations through ``bdsgd.cluster.server.Server.step``, over real
 workers. The protocol and its rules are in ``bdsgd.distributed``'s docstring.
 
-One listener thread per worker receives its messages into one queue, so the loop below waits on
-whichever worker delivers first, and learns a worker is gone when its connection breaks.
+One listener thread per worker receives its messages into one queue: the loop waits on whichever
+worker delivers first, and learns a worker is gone when its connection breaks.
+
+The server works as the virtual cluster's single server is modelled (``bdsgd.cluster.network``,
+ps), so that the network fitted on its jobs (benchmarks/clock_fidelity.py) describes a server:
+it sums each accepted gradient (padding included: ``Job.extra_parameters``) as it arrives, sends
+each iteration's parameters to all its workers at once, and receives into buffers it reuses.
+Beside each run-time it records the worker's own compute seconds (the metrics' ``compute_s``,
+NaN where no gradient of that iteration came), which a replay feeds to the virtual clock.
 """
 
 from __future__ import annotations
@@ -25,11 +32,11 @@ from torch.nn.utils import parameters_to_vector
 
 from bdsgd import tracking
 from bdsgd.cluster.clock import replay_cutoffs
-from bdsgd.config import Config
 from bdsgd.cluster.cutoff import Observation
+from bdsgd.cluster.server import Server, replay_runtimes
+from bdsgd.config import Config
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
 from bdsgd.io import write_json, write_with
-from bdsgd.cluster.server import Server, replay_runtimes
 from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.provenance import stamp
@@ -46,14 +53,17 @@ COLUMNS = ("iteration", "wall_time_s", "cutoff", "iteration_time_s", "lr", "trai
 TICK_S = 0.05  # how often a waiting server looks at the heartbeats
 
 
-def _listen(rank: int, size: int, inbox: queue.Queue) -> None:
-    """Worker ``rank``'s messages into ``inbox``, each with the time it arrived: the server may
-    be busy when it does (learning while serving's step, taken while it waits)."""
-    buf = torch.zeros(size)
+def _listen(rank: int, size: int, inbox: queue.Queue, free: queue.SimpleQueue) -> None:
+    """Worker ``rank``'s messages into ``inbox``, each with the time it arrived (the server may
+    be busy then), received into a buffer the server handed back to ``free`` (else a new one)."""
     try:
         while True:
+            try:
+                buf = free.get_nowait()
+            except queue.Empty:
+                buf = torch.empty(size)
             dist.recv(buf, src=rank)
-            inbox.put((rank, buf.clone(), time.perf_counter()))
+            inbox.put((rank, buf, time.perf_counter()))
     except RuntimeError:  # its connection broke: the worker is gone
         inbox.put((rank, None, time.perf_counter()))
 
@@ -87,14 +97,14 @@ class ParameterServer:
         torch.manual_seed(job.seed)
         self.model = self.data.make_model().to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=rate_at_n(self.tc, self.n),
-                                         momentum=self.tc.momentum,
-                                         weight_decay=self.tc.weight_decay)
+                                         momentum=self.tc.momentum, weight_decay=self.tc.weight_decay)
         self.params = parameters_to_vector(self.model.parameters()).numel()
         self.size = self.params + job.extra_parameters  # a message's, less its header
         self.inbox: queue.Queue = queue.Queue()
+        self.free = {rank: queue.SimpleQueue() for rank in range(1, n + 1)}  # buffers to reuse
         for rank in range(1, n + 1):
-            threading.Thread(target=_listen, args=(rank, self.size + HEADER, self.inbox),
-                             daemon=True).start()
+            threading.Thread(target=_listen, args=(rank, self.size + HEADER, self.inbox,
+                                                   self.free[rank]), daemon=True).start()
         self.beats = Heartbeats(kv, list(range(1, n + 1)), job.heartbeat_s)
         self.checked = time.perf_counter()  # when the heartbeats were last looked at
         self.heartbeat_s = 0.0  # time spent looking at them (part of the wall time)
@@ -103,10 +113,11 @@ class ParameterServer:
         self.busy: set[int] = set()
         K = job.iterations
         self.runtimes, self.censored = np.full((K, n), np.nan), np.zeros((K, n), bool)
-        # when each worker was sent each iteration's parameters: a run-time is measured from there
-        self.sent_at: dict[tuple[int, int], float] = {}
-        self.stale = 0
-        self.seen = 0  # samples applied, for train.lr_schedule (bdsgd.sgd.lr_factor)
+        self.compute = np.full((K, n), np.nan)  # each worker's own compute seconds
+        self.message = torch.zeros(self.size + 2)  # [PARAMS, t, theta, padding]
+        self.message[1] = -1  # t: none yet
+        self.sent_at: dict[tuple[int, int], float] = {}  # (worker, t) -> its parameters' send
+        self.stale, self.seen = 0, 0  # seen: samples applied (train.lr_schedule)
         self.observed: list[Observation] = []  # what the policy saw, for a resumed policy
         self.ckpt = Path(f"{Path(job.json).with_suffix('')}.checkpoint.pt")
 
@@ -116,11 +127,9 @@ class ParameterServer:
                             inputs=self.inputs, comm=0.0, real=True)
 
     def _replay(self, cutoffs: np.ndarray) -> pd.DataFrame:
-        """The virtual clock on this job's recorded run-times, its late mode and no communication
-        of its own (it is in the run-times), per iteration: virtual_s, the duration with the
-        cutoffs the server applied (``bdsgd.cluster.clock.replay_cutoffs``), and replay_cutoff and
-        replay_s, a fresh policy's own run (``bdsgd.cluster.server.replay_runtimes``). Where that waits
-        for more gradients than the server took, it reads censored values: lower bounds."""
+        """The virtual clock on this job's run-times (communication included in them), per
+        iteration: virtual_s with the server's cutoffs, replay_cutoff and replay_s a fresh
+        policy's own run (censored values where it waits for more: lower bounds)."""
         x, late = self.runtimes, self.job.late
         own = replay_runtimes(x, self._fresh_policy(), 0.0, late)
         return pd.DataFrame({"iteration": np.arange(1, len(x) + 1),
@@ -128,17 +137,31 @@ class ParameterServer:
                              "replay_cutoff": own.cutoffs, "replay_s": own.durations})
 
     # -------------------------------------------------------------------------- messages
-    def _send(self, rank: int, t: int) -> None:
-        theta = parameters_to_vector(self.model.parameters()).detach().cpu()
-        padding = torch.zeros(self.job.extra_parameters, dtype=theta.dtype)
-        try:
-            dist.send(torch.cat([torch.tensor([PARAMS, t], dtype=theta.dtype), theta, padding]),
-                      dst=rank)
-        except RuntimeError:  # its connection broke before its listener told us
-            self._bury(rank, t)
-            return
-        self.sent[rank], self.sent_at[rank, t] = t, time.perf_counter()
-        self.busy.add(rank)
+    def _parameters(self, t: int) -> torch.Tensor:
+        """Iteration t's parameter message, written once into one buffer (padding stays zero)."""
+        if self.message[1] != t:
+            self.message[0], self.message[1] = PARAMS, t
+            self.message[2:2 + self.params] = parameters_to_vector(
+                self.model.parameters()).detach().cpu()
+        return self.message
+
+    def _send(self, ranks: list[int], t: int) -> None:
+        """Iteration t's parameters to ``ranks`` all at once (the workers start about together,
+        as on the virtual cluster); a run-time is measured from the copies' start."""
+        message, works, posted = self._parameters(t), {}, time.perf_counter()
+        for rank in ranks:
+            try:
+                works[rank] = dist.isend(message, dst=rank)
+            except RuntimeError:  # its connection broke before its listener told us
+                self._bury(rank, t)
+        for rank, work in works.items():
+            try:
+                work.wait()
+            except RuntimeError:
+                self._bury(rank, t)
+                continue
+            self.sent[rank], self.sent_at[rank, t] = t, posted
+            self.busy.add(rank)
 
     def _bury(self, rank: int, t: int) -> None:
         if rank in self.live:
@@ -178,13 +201,13 @@ class ParameterServer:
         """Run iteration t with cutoff c: send, collect, apply. (observation, mean loss)."""
         t0 = time.perf_counter()
         late = self.job.late == "abandon"
-        for rank in sorted(self.live):
-            if rank not in self.busy or late:  # abandon: the busy ones drop their work
-                self._send(rank, t)
+        # abandon: the busy ones drop their work
+        self._send([rank for rank in sorted(self.live) if rank not in self.busy or late], t)
         # the workers compute: the policy's deferred work goes here, off the decision's path
         use_idle_time(self.policy)
         rnd = Round(t, min(c, len(self.live)))
-        last = t0
+        total = None  # the accepted gradients' sum, padding included, in the first one's buffer
+        arrived = {}  # accepted worker -> its gradient's arrival, from the iteration's start
         while not rnd.done:
             got = self._receive(t)
             rnd.need = min(c, len(self.live))
@@ -194,21 +217,28 @@ class ParameterServer:
             k, w = int(msg[0]), rank - 1
             if self.sent[rank] == k:
                 self.busy.discard(rank)  # it delivered what it was last sent: idle
-            # its run-time: from when it was sent iteration k's parameters (a busy worker under
-            # finish gets them late) to its gradient's arrival
+            # the trace's run-time: from when iteration k's parameters were sent to it (a busy
+            # worker under finish gets them late) to its gradient's arrival; the virtual clock
+            # adds the late start back when it replays the trace
             runtime = now - self.sent_at[rank, k]
+            self.compute[k, w] = float(msg[1])
             if rnd.offer(w, k, msg):
-                self.runtimes[t, w], last = runtime, max(last, now)
+                self.runtimes[t, w], arrived[w] = runtime, now - t0
+                # summed on arrival, while the others still compute
+                total = msg[HEADER:] if total is None else total.add_(msg[HEADER:])
             else:
+                self.free[rank].put(msg)
                 self.stale += 1
                 if k < t and self.censored[k, w]:  # finish: the late value, observed after all
                     self.runtimes[k, w], self.censored[k, w] = runtime, False
                 if not late and rank not in self.busy:
-                    self._send(rank, t)
-        tau = last - t0  # the c-th accepted gradient's arrival
+                    self._send([rank], t)
+        # the policy sees arrivals from the iteration's start, as the virtual clock's server does
+        # (a late start counts: the cutoff waits for arrivals)
+        tau = max(arrived.values(), default=0.0)  # the c-th accepted gradient's arrival
         seen = np.full(self.n, np.nan)
-        for w in rnd.accepted:
-            seen[w] = self.runtimes[t, w]
+        for w, a in arrived.items():
+            seen[w] = a
         cut = np.isnan(seen)
         self.runtimes[t, cut], self.censored[t, cut] = tau, True
         c_real = len(rnd.accepted)
@@ -217,10 +247,11 @@ class ParameterServer:
         self.seen += c_real * b
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        grads = torch.stack([m[HEADER:HEADER + self.params] for m in rnd.accepted.values()]
-                            ).mean(0).to(self.device)
+        grads = (total[:self.params] / c_real).to(self.device)
         apply_gradient(self.model, self.optimizer, _unflatten(grads, self.model))
         loss = float(np.mean([float(m[2]) for m in rnd.accepted.values()]))
+        for w, m in rnd.accepted.items():
+            self.free[w + 1].put(m)
         return Observation(t, c_real, seen, tau), loss
 
     # ----------------------------------------------------------------------------- run
@@ -277,20 +308,17 @@ class ParameterServer:
 
     def _checkpoint(self, rows: list[dict], wall_s: float) -> None:
         obs = self.observed
+        arrays = {k: torch.from_numpy(getattr(self, k)) for k in ("runtimes", "censored", "compute")}
         state = {"identity": json.dumps(self._identity()), "rows": rows, "wall_s": wall_s,
                  "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "runtimes": torch.from_numpy(self.runtimes),
-                 "censored": torch.from_numpy(self.censored), "stale": self.stale,
-                 "dead": json.dumps(self.dead),
+                 **arrays, "stale": self.stale, "dead": json.dumps(self.dead),
                  "obs_cutoff": [o.cutoff for o in obs], "obs_tau": [o.cutoff_time for o in obs],
                  "obs_runtimes": torch.from_numpy(np.array([o.runtimes for o in obs]))}
         write_with(self.ckpt, lambda tmp: torch.save(state, tmp))
 
     def _resume(self) -> dict | None:
-        """Restore an interrupted run of this job (a killed server's checkpoint), or None.
-        The policy is rebuilt and shown the recorded iterations again, each chosen and observed
-        (its choice then is ignored: the cluster's timing cannot be replayed, only its record).
-        A damaged checkpoint is a one-line UserError naming it: deleting it starts afresh."""
+        """Restore an interrupted run of this job, or None: the policy rebuilt and shown the
+        recorded iterations again; a damaged checkpoint is a one-line UserError naming it."""
         from bdsgd.errors import UserError
         from bdsgd.runtime_model.checkpoint import read_state
 
@@ -307,6 +335,7 @@ class ParameterServer:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.runtimes, self.censored = state["runtimes"].numpy(), state["censored"].numpy()
+            self.compute = state["compute"].numpy()
             self.stale, self.dead = state["stale"], json.loads(state["dead"])
             observed = [Observation(t, c, state["obs_runtimes"][t].numpy(), tau) for t, (c, tau)
                         in enumerate(zip(state["obs_cutoff"], state["obs_tau"], strict=True))]
@@ -324,6 +353,7 @@ class ParameterServer:
     def _write(self, metrics: pd.DataFrame, wall: float, resumed_from: int) -> dict:
         job, out = self.job, Path(self.job.json)
         stem = out.with_suffix("")
+        metrics["compute_s"] = list(self.compute[:len(metrics)])  # n workers' per iteration
         metrics_path, trace_path = Path(f"{stem}.metrics.parquet"), Path(f"{stem}.trace.parquet")
         write_with(metrics_path, lambda tmp: metrics.to_parquet(tmp, index=False))
         trace = from_arrays(self.runtimes, {

@@ -7,7 +7,8 @@ A message is one flat float32 tensor, so that one send carries it whole:
 
 The padding (``Job.extra_parameters`` zeros, none by default) makes every message as long as a
 bigger model's, so a small network's job moves a big one's bytes (as ``delay_s`` stands in for
-its compute): the virtual clock's network model is fitted on such jobs.
+its compute), and the server sums it with each gradient as it would a bigger one's: the virtual
+clock's network model is fitted on such jobs.
 
 t is exact in float32 up to 2^24 iterations. Heartbeats go through a TCPStore on the port after
 the process group's: each worker adds 1 to ``hb/<rank>`` every ``HEARTBEAT_EVERY`` seconds.

@@ -22,7 +22,9 @@ import yaml
 from bdsgd.cluster.clock import LATE
 from bdsgd.config import CENSORING, GatherConfig, from_dict
 from bdsgd.errors import UserError
-from bdsgd.preflight import check
+from bdsgd.plan import SECONDS_PER_SAMPLE, bill_device
+from bdsgd.preflight import check, pilot_traces
+from bdsgd.regime import refuse_ties
 from bdsgd.stages import STAGE_READS, slice_keys
 from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
@@ -35,6 +37,7 @@ PATHS = Layout.of(EXP)
 CFG = from_dict(config, CONFIG_FILE)  # typed: what bdsgd reads of it; errors name the user's file
 TRAIN = config["train"]
 TRAIN_TRACES = CFG.train_traces()
+PILOT_TRACES = pilot_traces(CFG) if CFG.pilot.enabled else {}  # trace -> its pilot's trace
 RES = config["resources"]
 ABLATIONS = config["throughput"]["ablations"]
 DIST = config["distributed"]["jobs"]
@@ -42,15 +45,19 @@ DIST = config["distributed"]["jobs"]
 # its post-deploy script, which Snakemake runs from a copy in .snakemake/conda/: the checkout's
 # path reaches the script from here, as Snakemake's processes pass their environment on.
 os.environ.update(BDSGD_PROJECT=workflow.basedir)
+# The user's config file, which a job's error names where its own file is a slice of it (the pilot).
+os.environ.update(BDSGD_CONFIG_SOURCE=CONFIG_FILE)
 # The rules that read a config file of their own: every stage of bdsgd.stages.STAGE_READS.
 STAGES = tuple(STAGE_READS)
 
 
 # What the config says that can be checked against its traces, data and cluster, before the
-# first job runs (a dry run checks nothing: onstart runs only when jobs will).
+# first job runs (a dry run checks nothing: onstart runs only when jobs will); a `strict:` config
+# also refuses a cell that cannot separate the policies, as `bdsgd plan --strict` (bdsgd.regime).
 onstart:
     try:
         check(CFG)
+        refuse_ties(CFG, SECONDS_PER_SAMPLE[bill_device(CFG, None)])
     except UserError as exc:
         sys.exit(f"bdsgd: error: {exc}")
 
@@ -153,7 +160,7 @@ RUN_CONFIG = "{task}@{trace}"  # the name of a convergence run's config file (st
 
 def config_slice(stage, name):
     """The config file of stage `stage` (a rule) run for `name` (a trace; <task>@<trace> for
-    train, RUN_CONFIG; a job for distributed, whose policy reads the first train trace's model):
+    train and pilot, RUN_CONFIG; a job for distributed, whose policy reads the first train trace's model):
     exactly what bdsgd.stages.STAGE_READS declares its command reads, less
     the flags its rule passes instead (STAGE_FLAGS), and of each section the instance's part (the
     trace it makes or replays, trace_spec; of train, its task's, train_of).
@@ -165,7 +172,7 @@ def config_slice(stage, name):
         raise ValueError(f"no config file for stage {stage!r}; stages: {STAGES}")
     if stage == "train_prior":  # reads no trace (the simulator's scenarios are its data): its
         task, trace = None, min(config["traces"])  # file holds one, as every config does
-    elif stage == "train":
+    elif stage in ("train", "pilot"):
         task, trace = name.split("@")
     elif stage == "distributed":
         task, trace = DIST[name]["task"], TRAIN_TRACES[0]
@@ -187,6 +194,11 @@ def config_slice(stage, name):
 def cluster(wc):
     """The trace, or the cluster drawn from it for the run's seed, that a run replays."""
     return CFG.cluster_of(wc.trace, int(wc.seed))
+
+
+def pilot_input(wc):
+    """The pilot a convergence run waits for: its task's on its trace's cluster size."""
+    return [PATHS.pilot(PILOT_TRACES[wc.trace], wc.task)] if wc.trace in PILOT_TRACES else []
 
 
 def run_targets():

@@ -13,6 +13,7 @@ rule train:
         model=lambda wc: model_input(cluster(wc), [wc.policy]),
         paper_model=lambda wc: model_input(cluster(wc), [wc.policy], "paper.pt"),
         truth=lambda wc: truth_input(cluster(wc), [wc.policy]),
+        pilot=pilot_input,
     output:
         result=PATHS.run("result.json"),
         metrics=PATHS.run("metrics.parquet"),
