@@ -34,6 +34,7 @@ from bdsgd.figures.distributed import agreement, distributed_replay_answer, repl
 from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_distributed, load_overhead, load_period_sweep
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
 from bdsgd.figures.stats import block_ratio_interval, median_interval, time_to_target_stats
+from bdsgd.figures.verdicts import verdict_table
 from bdsgd.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
@@ -411,10 +412,10 @@ def test_answers_state_what_was_measured(results):
     # sync's at the evaluations of iterations 20, 25, 25 at 1.5, 1.6, 1.7 s: 30, 40, 42.5 s;
     # explore-bdsgd's one seed at 25 s; async's second seed never does; bdsgd+progress's at
     # iterations 10 and 15 at 1.0 and 1.1 s: median 13.25
-    assert render.time_to_accuracy_answer(metrics, summary) == (
-        "On digits, bdsgd+progress reaches the target first (median 13.2 s over 2 seeds; bdsgd "
-        "15.8 s). On digits on sim, explore-bdsgd reaches the target first (median 25 s over 1 "
-        "seed; sync 40 s).")
+    verdicts = verdict_table(summary, decisions)
+    assert render.time_to_accuracy_answer(metrics, summary, verdicts) == (
+        "On digits, the median time to target over 2 seeds: bdsgd 15.8 s. On digits on sim, the "
+        "median time to target over 3 seeds: sync 40 s.")
     assert render.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
         "oracle changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5) of n = 4.")
@@ -686,8 +687,10 @@ def test_decision_overhead_against_the_iteration(results, monkeypatch, tmp_path)
 
 def test_throughput_answers_state_the_fixture(results):
     table, decisions = render.load_throughput(results)
-    answer = replay.throughput_answer(table, decisions)
-    assert answer.startswith("On sim, sync reaches 0.900") and "static reaches 0.800" in answer
+    answer = replay.throughput_answer(table, decisions, verdict_table(pd.DataFrame(
+        columns=["task", "trace", "policy", "seed", "time_to_target_s"]), decisions))
+    assert answer.startswith("On sim, bdsgd/rate reaches 0.700")
+    assert "bdsgd against sync: too few iterations (ratio 1, 95% interval 0.649 to 1.35" in answer
     over_time = replay.throughput_over_time_answer(decisions)
     cv = replay.variability(decisions).set_index("policy")
     assert f"{cv.loc['bdsgd', 'rate_cv']:.2f} under bdsgd" in over_time

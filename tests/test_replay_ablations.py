@@ -116,6 +116,7 @@ def test_the_readme_maps_every_reviewer_question():
     section = readme.split("## What the reviewers asked")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == list(QUESTIONS)
-    for key, (_, _, figure) in QUESTIONS.items():
+    for key, (who, _, figure) in QUESTIONS.items():
         assert figure in FIGURES, key
         assert f"`{figure}`" in rows[list(QUESTIONS).index(key)], key
+        assert f"({who})" in rows[list(QUESTIONS).index(key)], key

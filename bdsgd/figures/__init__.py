@@ -16,6 +16,7 @@ __all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLIC
 FIGURES = {
     "reviewers": ("reviewers.csv", "reviewers.rst", "Reviewer questions"),
     "answers": ("answers.rst", "answers.rst", "Reviewer questions"),
+    "verdicts": ("verdicts.csv", "verdicts.rst", "Reviewer questions"),
     "summary": ("summary.csv", "summary.rst", "Tables"),
     "throughput_summary": ("throughput_summary.csv", "throughput_summary.rst", "Tables"),
     "time_to_accuracy": ("time_to_accuracy.png", "time_to_accuracy.rst", "Convergence"),

@@ -1,7 +1,7 @@
 """The reviewers' questions and the measured answer to each, written beside the figures.
 
-``QUESTIONS`` is the one list of what the NeurIPS reviewers asked (../shared/seeds/, the
-reviews), each with the figure or table of ``bdsgd.figures.FIGURES`` that answers it; the
+``QUESTIONS`` is the one list of what the NeurIPS reviewers asked (R1-R3) and the project asks
+itself ("project"), each with the figure or table of ``bdsgd.figures.FIGURES`` that answers it; the
 README's table "What the reviewers asked" has a row per question. ``bdsgd figures`` computes
 each answer from the tables it drew the figure from (the ``*_answer`` functions beside the
 drawing code) and writes them twice: ``answers.rst``, a section per figure between the markers
@@ -39,10 +39,21 @@ QUESTIONS = {
     "objective": ("R2", "Does maximising the objective's gain instead of throughput pay?",
                   "ablations"),
     "lr_scaling": ("R3", "Does linear learning-rate scaling with the cutoff help?", "ablations"),
-    "clock_fidelity": ("R2", "Does the virtual clock reproduce a real distributed run?",
+    "empirical_cdf": ("R2", "How would a naive empirical CDF of the run-times do?",
+                      "throughput"),
+    "bandit": ("R3", "Would a simple bandit or regression model achieve most of the gains?",
+               "throughput"),
+    "clock_fidelity": ("project", "Does the virtual clock reproduce a real distributed run?",
                        "distributed_replay"),
-    "model_quality": ("R2", "How good are the model's forecasts of the order statistics?",
+    "model_quality": ("project", "How good are the model's forecasts of the order statistics?",
                       "model_predictions"),
+}
+# The paired comparisons (policy, reference) that answer a question of their own, on the
+# throughput replay: the naive empirical CDF, and the bandit and per-worker regressions.
+VERSUS = {
+    "empirical_cdf": [("bdsgd", "ecdf"), ("bdsgd-paper", "ecdf"), ("ecdf", "static")],
+    "bandit": [("bdsgd", "bandit"), ("bdsgd", "ewma"), ("bdsgd", "persist"),
+               ("bdsgd-paper", "bandit")],
 }
 COLUMNS = ["question", "reviewer", "asked", "figure", "answer"]
 # Figures whose answer is wall-clock time (a decision's, a real job's), which changes from run to
@@ -67,13 +78,14 @@ def answers_rst(answers: dict[str, str]) -> str:
 
 
 def reviewers_table(answers: dict[str, str]) -> pd.DataFrame:
-    """reviewers.csv: a row per question, with its figure's measured answer (or 'not measured
-    in this run' where the figure has none; a pointer to the caption for a WALL_CLOCK one)."""
-    def answer(figure: str) -> str:
+    """reviewers.csv: a row per question, with its own measured answer if it has one (a key of
+    ``VERSUS``), else its figure's (or 'not measured in this run' where the figure has none; a
+    pointer to the caption for a WALL_CLOCK one)."""
+    def answer(key: str, figure: str) -> str:
         if figure in WALL_CLOCK and figure in answers:
             return f"wall-clock, measured anew each run: in the {figure} figure's caption"
-        return answers.get(figure, "not measured in this run")
+        return answers.get(key) or answers.get(figure) or "not measured in this run"
 
     rows = [{"question": key, "reviewer": who, "asked": asked, "figure": figure,
-             "answer": answer(figure)} for key, (who, asked, figure) in QUESTIONS.items()]
+             "answer": answer(key, figure)} for key, (who, asked, figure) in QUESTIONS.items()]
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -42,7 +42,7 @@ from bdsgd.figures import (  # noqa: E402
     replay_ablations,
 )
 from bdsgd.figures.ablations import ablation_table, ablations, ablations_answer  # noqa: E402
-from bdsgd.figures.answers import answers_rst, reviewers_table  # noqa: E402
+from bdsgd.figures.answers import VERSUS, answers_rst, reviewers_table  # noqa: E402
 from bdsgd.figures.common import policy_colour, policy_style  # noqa: E402, F401 - render's API
 from bdsgd.figures.convergence import (  # noqa: E402, F401 - the figures: render's API too
     cutoff_over_time,
@@ -73,6 +73,7 @@ from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns:
     load_traces,
 )
 from bdsgd.figures.inputs import time_unit as _time_unit  # noqa: E402, F401
+from bdsgd.figures.verdicts import verdict_table, versus_answer  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
 from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
@@ -228,7 +229,9 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
      predictions, replayed, ablated, jobs) = load_all(results_dir)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
+    verdicts = verdict_table(summary, decisions)
     written = [
+        *_write_csv(verdicts, path["verdicts"]),
         *_write_csv(summary, path["summary"]),
         *_write_csv(table, path["throughput_summary"]),
         *time_to_accuracy(metrics, summary, path["time_to_accuracy"]),
@@ -254,12 +257,12 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     ]
     # the measured answer to each reviewer question, beside the figure that answers it
     answers = {
-        "time_to_accuracy": time_to_accuracy_answer(metrics, summary),
+        "time_to_accuracy": time_to_accuracy_answer(metrics, summary, verdicts),
         "training_cutoff": training_cutoff_answer(metrics),
         "cutoff_over_time": cutoff_over_time_answer(decisions),
         "model_predictions": model_predictions_answer(predictions),
         "comm_sweep": comm_sweep_answer(sweep),
-        "throughput": replay.throughput_answer(table, decisions),
+        "throughput": replay.throughput_answer(table, decisions, verdicts),
         "throughput_over_time": replay.throughput_over_time_answer(decisions),
         "worker_time": replay.worker_time_answer(table),
         "period_sweep": replay.period_sweep_answer(periods),
@@ -268,6 +271,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         "data_value": replay_ablations.data_value_answer(replayed),
         "ablations": ablations_answer(ablated),
         "distributed_replay": distributed_replay_answer({job.name: replay_job(job) for job in jobs}),
+        **{key: versus_answer(decisions, pairs) for key, pairs in VERSUS.items()},
     }
     written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
                 *_write_csv(reviewers_table(answers), path["reviewers"])]

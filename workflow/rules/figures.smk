@@ -46,3 +46,13 @@ rule trace_figures:
     shell:
         "bdsgd traces plot {input} --name {wildcards.trace} --out {params.out} {params.note} "
         "> {log} 2>&1"
+
+
+# The finished workflow's verdicts on the console: each policy against its references, paired
+# (bdsgd.figures.verdicts; the same table as verdicts.csv).
+onsuccess:
+    verdicts = Path(PATHS.figure(FIGURE_TABLE["verdicts"][0]))
+    if verdicts.exists():
+        from bdsgd.figures.verdicts import format_table, read_table
+
+        print(format_table(read_table(verdicts)))
