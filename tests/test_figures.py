@@ -247,7 +247,9 @@ OKABE_ITO = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "
 def test_every_policy_and_mode_has_its_own_fixed_style():
     names = (*NAMES, *MODES)
     assert set(POLICY_COLOURS) == set(names)
-    assert set(POLICY_COLOURS.values()) <= OKABE_ITO
+    assert {POLICY_COLOURS[p] for p in NAMES} <= OKABE_ITO
+    modes = [POLICY_COLOURS[m] for m in MODES]  # colours no cutoff policy has, nor a fallback
+    assert not set(modes) & ({POLICY_COLOURS[p] for p in NAMES} | set(FALLBACK_COLOURS))
     assert set(POLICY_DASHES) <= set(names)
     styles = [tuple(policy_style(name).values()) for name in names]
     assert len(set(styles)) == len(names)  # no two alike in both colour and line style
@@ -264,6 +266,11 @@ def test_every_policy_and_mode_has_its_own_fixed_style():
     hatches = {common.bar_style(p)["hatch"] for p in ("bdsgd", "bdsgd-model", "bdsgd-paper",
                                                         "explore-bdsgd")}
     assert len(hatches) == 4
+    # an ablation arm <p>+<variant>: p's colour, a dash pattern and hatch of its own
+    arms = ["bdsgd", "bdsgd+progress", "bdsgd+lr-sqrt", "bdsgd+lr-none", "bdsgd-paper"]
+    assert {policy_colour(a) for a in arms} == {POLICY_COLOURS["bdsgd"]}
+    assert len({str(policy_style(a)["ls"]) for a in arms}) == len(arms)
+    assert len({common.bar_style(a)["hatch"] for a in arms}) == len(arms)
 
 
 @pytest.fixture(scope="module")
@@ -300,8 +307,9 @@ def _labelled_lines(fig) -> dict[str, set]:
 
 
 def test_curves_draw_each_policy_in_its_style_with_one_legend_below(drawn):
-    expected = {p: {(policy_colour(p), {"-": "-", "--": "--", ":": ":", "-.": "-."}[
-        policy_style(p)["ls"]])} for p in {run[0] for run in RUNS}}
+    # matplotlib reports a dash pattern of its own (a variant's) as "--"
+    expected = {p: {(policy_colour(p), ls if isinstance(ls := policy_style(p)["ls"], str) else "--")}
+                for p in {run[0] for run in RUNS}}
     for name in ("time_to_accuracy", "loss_curves"):
         fig = drawn[name]
         assert _labelled_lines(fig) == expected, name
@@ -317,7 +325,8 @@ def test_curves_draw_each_policy_in_its_style_with_one_legend_below(drawn):
 def test_time_to_accuracy_states_its_interval_and_unit(drawn):
     fig = drawn["time_to_accuracy"]
     curves, bars = fig.axes[0], fig.axes[1]
-    assert curves.get_xlabel() == "virtual wall-clock time (s)"
+    assert curves.get_xlabel() == "virtual wall-clock time (s), log scale"
+    assert curves.get_xscale() == "log"
     assert "band: min to max over seeds" in curves.get_title()
     # min to max of m seeds covers the median with probability 1 - 2^(1-m): 50% at bdsgd's 2,
     # 0% (a point) at explore-bdsgd's 1 beside sync's 3
@@ -614,15 +623,20 @@ def _labelled(ax) -> bool:
     return bool(ax.get_xlabel() or ax.get_ylabel()) and bool(ax.get_title())
 
 
-def test_throughput_bars_from_zero_with_values_and_intervals(results, monkeypatch, tmp_path):
+def test_throughput_dots_on_a_fitted_axis_with_values_and_intervals(results, monkeypatch, tmp_path):
     [fig] = _drawn(results, monkeypatch,
                    lambda t, d, p, o: replay.throughput_bars(t, d, tmp_path / "b.png"))
     ax = fig.axes[0]
-    bars = [p for p in ax.patches if p.get_height() > 0]
+    bars = [line for line in ax.get_lines() if len(line.get_xdata()) == 1
+            and line.get_marker() in common.MARKERS.values()]
     assert len(bars) == 6  # sync, static, bdsgd under each rule, explore-bdsgd, the oracle's plan
-    assert ax.get_ylim()[0] == 0 and ax.get_ylabel() == "throughput / hindsight oracle"
-    values = sorted(float(t.get_text()) for t in ax.texts)
     table, _ = render.load_throughput(results)
+    rows = replay.throughput_intervals(table, render.load_throughput(results)[1])
+    lowest = np.nanmin(rows[["relative_to_oracle", "low", "high"]].to_numpy())
+    assert ax.get_ylim()[0] == pytest.approx(max(0, lowest - 0.02))  # fitted, and stated
+    assert f"axis from {max(0, lowest - 0.02):.2f}" in ax.get_title()
+    assert ax.get_ylabel() == "throughput / hindsight oracle"
+    values = sorted(float(t.get_text()) for t in ax.texts)
     shown = table[table["policy"] != "async"]["relative_to_oracle"]
     assert values == sorted(round(v, 3) for v in shown)
     assert sum(len(line.get_xdata()) == 2 for line in ax.get_lines()) >= len(bars)  # whiskers

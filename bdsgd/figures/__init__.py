@@ -11,7 +11,7 @@ library.
 from bdsgd.plotting import FIGURE_FORMATS, figure_files
 
 __all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLICY_DASHES",
-           "FALLBACK_COLOURS", "EXPLORE_PREFIX", "VARIANT_SEP"]
+           "FALLBACK_COLOURS", "VARIANT_DASHES", "EXPLORE_PREFIX", "VARIANT_SEP"]
 
 FIGURES = {
     "reviewers": ("reviewers.csv", "reviewers.rst", "Reviewer questions"),
@@ -46,9 +46,10 @@ FIGURES = {
 # the same in every figure; no two alike in both, so that policies with identical decisions
 # still tell apart. Colours: Okabe & Ito's colour-blind-safe palette (its yellow left out: too
 # pale on white) and a grey; a family of policies shares a colour and differs in line style
-# (POLICY_DASHES; bars: a hatch). explore-<p> is drawn in p's colour dash-dotted (bars: "xx"); a
-# name not listed here gets one of FALLBACK_COLOURS (Tol's muted palette), picked from its
-# letters (common.policy_style).
+# (POLICY_DASHES; bars: a hatch); the two training modes take two of Tol's muted colours.
+# explore-<p> is drawn in p's colour dash-dotted (bars: "xx"); a name not listed here gets one of
+# FALLBACK_COLOURS (the rest of Tol's muted palette), picked from its letters
+# (common.policy_style).
 POLICY_COLOURS = {
     "sync": "#999999",  # grey: the fixed baselines everything is compared with
     "static": "#999999",
@@ -64,14 +65,19 @@ POLICY_COLOURS = {
     "oracle": "#000000",  # black: the hindsight references
     "oracle-myopic": "#000000",
     "oracle-fixed": "#000000",  # the best single cutoff in hindsight
-    "async": "#56B4E9",  # the training modes, dashed
-    "cyclic": "#E69F00",
+    "async": "#332288",  # the training modes: Tol's indigo and teal, no cutoff policy's
+    "cyclic": "#44AA99",
 }
 # The line style of a policy that is not solid: the second (dashed) and third (dotted) of a
 # colour.
 POLICY_DASHES = {"static": "--", "persist": "--", "bdsgd-model": "--", "bdsgd-paper": ":",
                  "oracle-myopic": "--", "oracle-fixed": ":", "async": "--", "cyclic": "--"}
-FALLBACK_COLOURS = ("#332288", "#117733", "#44AA99", "#882255", "#999933", "#AA4499")
+FALLBACK_COLOURS = ("#117733", "#882255", "#999933", "#AA4499")
+# <policy>+<variant> is drawn in its policy's colour, in its variant's dash pattern (no listed
+# policy's): an arm of the ablations beside its policy (bdsgd.policies.VARIANTS).
+VARIANT_DASHES = {"progress": (0, (6, 2, 1, 2)), "throughput": (0, (1, 1)),
+                  "lr-linear": (0, (8, 2)), "lr-sqrt": (0, (4, 1, 1, 1, 1, 1)),
+                  "lr-none": (0, (2, 3))}
 EXPLORE_PREFIX = "explore-"
 # <policy>+<variant>: the policy trained with other train: keys (bdsgd.policies.VARIANTS), an arm
 # of the convergence runs of its own; ``ablations`` draws each beside its policy.

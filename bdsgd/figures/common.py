@@ -6,13 +6,21 @@ Each policy has one fixed colour and line style in every figure (``policy_style`
 
 from __future__ import annotations
 
-from bdsgd.figures import EXPLORE_PREFIX, FALLBACK_COLOURS, POLICY_COLOURS, POLICY_DASHES
+from bdsgd.figures import (
+    EXPLORE_PREFIX,
+    FALLBACK_COLOURS,
+    POLICY_COLOURS,
+    POLICY_DASHES,
+    VARIANT_DASHES,
+    VARIANT_SEP,
+)
 
 
 def policy_colour(policy: str) -> str:
-    """The policy's fixed colour: explore-<p> has p's; a name not in POLICY_COLOURS gets one of
-    FALLBACK_COLOURS picked from its letters (the same name, the same colour, every run)."""
-    base = policy.removeprefix(EXPLORE_PREFIX)
+    """The policy's fixed colour: explore-<p> and <p>+<variant> have p's; a name not in
+    POLICY_COLOURS gets one of FALLBACK_COLOURS picked from its letters (the same name, the same
+    colour, every run)."""
+    base = policy.removeprefix(EXPLORE_PREFIX).split(VARIANT_SEP)[0]
     if base in POLICY_COLOURS:
         return POLICY_COLOURS[base]
     return FALLBACK_COLOURS[sum(map(ord, base)) % len(FALLBACK_COLOURS)]
@@ -20,17 +28,36 @@ def policy_colour(policy: str) -> str:
 
 def policy_style(policy: str) -> dict:
     """Line keywords of a policy: its colour and line style (``POLICY_DASHES``, else solid);
-    explore-<p> is p's colour dash-dotted, a style no listed policy has."""
+    explore-<p> is p's colour dash-dotted, <p>+<variant> p's colour in the variant's dash
+    pattern (``VARIANT_DASHES``), styles no listed policy has."""
     if policy.startswith(EXPLORE_PREFIX):
         return {"color": policy_colour(policy), "ls": "-."}
+    if VARIANT_SEP in policy:
+        return {"color": policy_colour(policy),
+                "ls": VARIANT_DASHES.get(policy.split(VARIANT_SEP)[1], (0, (3, 3)))}
     return {"color": policy_colour(policy), "ls": POLICY_DASHES.get(policy, "-")}
 
 
 HATCHES = {"--": "//", ":": "..", "-.": "xx"}  # a bar's hatch, from its policy's line style
+# ... and from a variant's (<p>+<variant>)
+VARIANT_HATCHES = {"progress": "oo", "throughput": "**", "lr-linear": "||", "lr-sqrt": "--",
+                   "lr-none": "\\\\"}
 
 
 def bar_style(policy: str, alpha: float = 1.0) -> dict:
     """Bar keywords of a policy: its colour, hatched as its line is styled (dashed //, dotted
-    .., explore-<p> xx), so that a family sharing a colour tells apart."""
-    return {"color": policy_colour(policy), "alpha": alpha, "edgecolor": "white",
-            "hatch": HATCHES.get(policy_style(policy)["ls"])}
+    .., explore-<p> xx, a variant ``VARIANT_HATCHES``), so that a family sharing a colour tells
+    apart."""
+    _, plus, variant = policy.partition(VARIANT_SEP)
+    hatch = VARIANT_HATCHES.get(variant, "++") if plus else HATCHES.get(policy_style(policy)["ls"])
+    return {"color": policy_colour(policy), "alpha": alpha, "edgecolor": "white", "hatch": hatch}
+
+
+MARKERS = {"-": "o", "--": "s", ":": "D", "-.": "X"}  # a dot's marker, from its line style
+
+
+def marker(policy: str) -> str:
+    """A policy's marker where it is a dot (its family, sharing a colour, told apart): from its
+    line style; a variant's "P"."""
+    ls = policy_style(policy)["ls"]
+    return MARKERS[ls] if isinstance(ls, str) else "P"

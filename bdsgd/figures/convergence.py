@@ -204,7 +204,9 @@ def time_to_accuracy(metrics: pd.DataFrame, summary: pd.DataFrame, path: Path) -
         ax.axhline(target, ls=":", color="k", lw=1, label="target accuracy")
         ax.set_title(f"{_title(panel)}: test accuracy (target {target:.2f}) vs virtual time\n"
                      "line: median over seeds; band: min to max over seeds", fontsize=10)
-        ax.set(xlabel=f"virtual wall-clock time ({unit})", ylabel="test accuracy")
+        # log time: a slow policy's long tail would squeeze the others into a sliver
+        ax.set(xlabel=f"virtual wall-clock time ({unit}), log scale", ylabel="test accuracy",
+               xscale="log")
         _time_to_target_panel(bar_ax, _of(stats, panel), unit)
     _legend_below(fig, axes[:, 0], columns=7)
     return save_figure(fig, path)
@@ -248,7 +250,7 @@ def loss_curves(metrics: pd.DataFrame, path: Path) -> list[Path]:
                   xlabel="training iteration, from 0"
                   + (f" ({modes}: round of n gradients)" if modes else ""))
         time_ax.set(title=f"{_title(panel)}: training loss vs virtual time", ylabel=ylabel,
-                    xlabel=f"virtual wall-clock time ({_time_label(sub)})")
+                    xlabel=f"virtual wall-clock time ({_time_label(sub)}), log scale", xscale="log")
     fig.suptitle("line: median over seeds; band: min to max over seeds", fontsize=9)
     _legend_below(fig, axes[:, 0], columns=8)
     return save_figure(fig, path)

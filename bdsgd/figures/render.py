@@ -179,7 +179,8 @@ def model_predictions(results_dir: Path, path: Path,
             ax.scatter(p["step"], p["realised"], color=colour, s=5,
                        label=f"c = {order}: realised x_(c) ({inside:.0%} inside the band)")
         ax.set(title=f"{trace}: one-step-ahead predictions of the slowest order statistics "
-                     f"(held out; n = {n} workers)",
+                     f"(held out; n = {n} workers)\nby models/{trace}/model.pt, the run-time model "
+                     "bdsgd and bdsgd-model read (not bdsgd-paper's)",
                xlabel="replayed iteration, from 0", ylabel=f"run-time ({unit_label(unit)})")
         ax.legend(fontsize=7, ncols=3, loc="upper left", bbox_to_anchor=(0, -0.22), frameon=False)
     return save_figure(fig, path)

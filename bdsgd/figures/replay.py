@@ -23,7 +23,7 @@ import pandas as pd
 
 from bdsgd.cluster.schedules import MODES
 from bdsgd.figures.common import bar_style as _bar_style
-from bdsgd.figures.common import policy_style
+from bdsgd.figures.common import marker, policy_colour, policy_style
 from bdsgd.figures.stats import BLOCKS, block_ratio_interval
 from bdsgd.figures.verdicts import BDSGDS, phrases
 from bdsgd.plotting import save_figure
@@ -85,7 +85,9 @@ def throughput_intervals(table: pd.DataFrame, decisions: pd.DataFrame) -> pd.Dat
 
 def throughput_bars(table: pd.DataFrame, decisions: pd.DataFrame, path: Path) -> list[Path]:
     """Throughput over the hindsight oracle's, per policy (and rule): a panel per trace, each
-    from 0, each bar in its policy's colour with its value and its batch-means interval."""
+    policy a dot in its colour (its family told apart by the marker) with its value and its
+    batch-means interval, on an axis fitted to the values: policies a few points apart stay
+    apart (a dot, not a bar: a bar on a cut axis misleads)."""
     rows = throughput_intervals(table, decisions)
     traces = sorted(rows["trace"].unique())
     width = max(8, 0.75 * rows.groupby("trace").size().max() + 3)
@@ -93,7 +95,8 @@ def throughput_bars(table: pd.DataFrame, decisions: pd.DataFrame, path: Path) ->
     for ax, trace in zip(axes[:, 0], traces, strict=True):
         sub = rows[rows["trace"] == trace]
         for i, row in enumerate(sub.itertuples()):
-            ax.bar(i, row.relative_to_oracle, **_bar_style(row.policy))
+            ax.plot(i, row.relative_to_oracle, ls="none", ms=7, mec="k", mew=0.5,
+                    marker=marker(row.policy), color=policy_colour(row.policy))
             top = row.relative_to_oracle
             if np.isfinite(row.low):
                 ax.plot([i, i], [row.low, row.high], color="k", lw=1)
@@ -103,9 +106,13 @@ def throughput_bars(table: pd.DataFrame, decisions: pd.DataFrame, path: Path) ->
                         textcoords="offset points", ha="center", va="bottom", fontsize=7,
                         rotation=90)
         ax.set_xticks(range(len(sub)), sub["label"], fontsize=8)
-        ax.set(ylim=(0, 1.25), ylabel="throughput / hindsight oracle",
-               title=f"{trace}: throughput of each policy (accepted gradients per second); "
-                     f"bars: 95% batch-means interval over {BLOCKS} blocks of iterations")
+        values = sub[["relative_to_oracle", "low", "high"]].to_numpy()
+        bottom = max(0.0, np.nanmin(values) - 0.02)
+        ax.set(ylim=(bottom, max(1.0, np.nanmax(values)) + 0.04 + 0.1 * (1 - bottom)),
+               ylabel="throughput / hindsight oracle",
+               title=f"{trace}: throughput of each policy (accepted gradients per second), axis "
+                     f"from {bottom:.2f}; whiskers: 95% batch-means interval over {BLOCKS} "
+                     "blocks of iterations")
         ax.axhline(1.0, color="k", lw=0.8)
     axes[-1, 0].set_xlabel("policy (decision rule)")
     return save_figure(fig, path)
@@ -326,8 +333,11 @@ def decision_overhead(overhead: pd.DataFrame, path: Path) -> list[Path]:
                     label=row["policy"])
             ax.plot([i, i], [p50[i], p99[i]], color="k", lw=0.8)
             ax.plot(i, p99[i], marker="_", color="k", ms=8)
-            ax.annotate(f"{p50[i]:.1e}", (i, p99[i]), xytext=(0, 3), textcoords="offset points",
-                        ha="center", fontsize=7)
+            # each value beside its own mark: the median's by its dot, the 99th's by its tick
+            ax.annotate(f"{p50[i]:.1e}", (i, p50[i]), xytext=(6, 0), textcoords="offset points",
+                        ha="left", va="center", fontsize=7)
+            ax.annotate(f"{p99[i]:.1e}", (i, p99[i]), xytext=(6, 0), textcoords="offset points",
+                        ha="left", va="center", fontsize=6, color="0.4")
         ax.set_xticks(range(len(sub)), sub["policy"].str.replace("-", "-\n", n=1, regex=False),
                       fontsize=8)
         n = int(sub["n_workers"].iloc[0])
