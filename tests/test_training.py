@@ -359,3 +359,22 @@ def test_a_recipe_in_epochs_trains_the_same_samples_on_any_cluster(tmp_path):
     evaluations = 1 + math.ceil(0.1 * iterations)  # every 100th, and each near the target
     assert billed.hours == pytest.approx(
         (iterations * 16 * 8 * 1e-6 + evaluations * 360 * 1e-6 / 3) / 3600)
+
+
+def test_a_recorded_traces_seeds_replay_it_from_spread_offsets():
+    """Seed 0 replays a recorded trace from its start; seeds 1, 2, ... from offsets spread over
+    it (wrapping round); a simulated trace's seeds each have their own draw, replayed whole."""
+    from bdsgd.training.run import replay_start
+    from bdsgd.traces.schema import from_arrays
+
+    x = np.arange(1.0, 41.0).reshape(20, 2)
+    recorded = from_arrays(x, meta={"source": "alibaba-pai"})
+    assert replay_start(recorded, 0) is recorded
+    starts = [replay_start(recorded, s).meta["rotated"] for s in range(1, 6)]
+    assert len(set(starts)) == 5 and all(0 < k < 20 for k in starts)
+    one = replay_start(recorded, 1)
+    k = one.meta["rotated"]
+    assert np.array_equal(one.runtimes, np.r_[x[k:], x[:k]])
+    assert sorted(one.iterations) == sorted(recorded.iterations)
+    simulated = from_arrays(x, meta={"source": "simulate"})
+    assert replay_start(simulated, 3) is simulated

@@ -179,7 +179,7 @@ def _time_to_target_panel(ax, stats: pd.DataFrame, unit: str = "s") -> None:
         ax.annotate(f"{s.reached}/{s.seeds}", (i, min(s.high, top) if s.reached else 0),
                     xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                     fontsize=7, color="k" if s.reached == s.seeds else "firebrick")
-    ax.set_xticks(range(len(stats)), stats["policy"], rotation=30, ha="right")
+    ax.set_xticks(range(len(stats)), stats["policy"], rotation=90, fontsize=7)  # many: upright
     ax.margins(y=0.2)
     mlperf = ("; diamond: MLPerf's mean (fastest, slowest dropped)"
               if stats["mlperf"].notna().any() else "")

@@ -83,6 +83,19 @@ class Trace:
             compute_s=cut(self.compute_s), comm_s=cut(self.comm_s),
         )
 
+    def rotated(self, start: int) -> Trace:
+        """The iterations from ``start`` to the end, then the first ``start``: a replay of the
+        same cluster that starts elsewhere (metadata records where)."""
+        start = int(start) % self.n_iterations
+        order = np.r_[start:self.n_iterations, 0:start]
+
+        def roll(a):
+            return None if a is None else a[order]
+
+        return replace(self, runtimes=self.runtimes[order], censored=self.censored[order],
+                       iterations=self.iterations[order], meta=dict(self.meta, rotated=start),
+                       compute_s=roll(self.compute_s), comm_s=roll(self.comm_s))
+
     def split(self, train_fraction: float) -> tuple[Trace, Trace]:
         """The first ``train_fraction`` of iterations (model training) and the rest (replay)."""
         k = int(round(self.n_iterations * train_fraction))
