@@ -123,3 +123,21 @@ def test_mlperf_mean_drops_the_fastest_and_the_slowest():
     assert mlperf_mean([5.0, 1.0, 3.0, 100.0]) == 4.0
     assert np.isnan(mlperf_mean([1.0, 2.0]))
     assert mlperf_mean([1.0, np.inf, np.inf]) == np.inf  # a kept run never reached the target
+
+
+def test_the_why_answers_state_the_mechanism():
+    """R1's "why": a BDSGD that alternates between waiting for the straggler and cutting it
+    varies with every change; communication shrinks what even the optimum gains."""
+    from bdsgd.figures import render, replay
+
+    c = np.tile([8, 7], 50)
+    flipping = pd.DataFrame({"trace": "t", "policy": "bdsgd-paper", "iteration": np.arange(100),
+                             "cutoff": c, "duration_s": np.where(c == 8, 7.0, 1.0)})
+    steady = flipping.assign(policy="sync", cutoff=8, duration_s=7.0)
+    answer = replay.throughput_over_time_answer(pd.concat([flipping, steady]))
+    assert "bdsgd-paper changes its cutoff on 100% of iterations, and its iterations at c = 8 " \
+           "last 7.0x as long as the rest" in answer
+    sweep = pd.DataFrame([{"trace": "t", "topology": "ps", "policy": p, "ratio": r,
+                           "relative_to_sync": gain} for r, gain in ((0.1, 2.0), (10.0, 1.01))
+                          for p in ("oracle", "static")])
+    assert "falls (t, ps: 2.00x at rho = 0.1 to 1.01x at rho = 10)" in render.comm_sweep_answer(sweep)

@@ -209,8 +209,30 @@ def throughput_over_time_answer(decisions: pd.DataFrame) -> str:
                      + ", ".join(f"{sub.loc[p, 'rate_cv']:.2f} under {p} (of its cutoff "
                                  f"{sub.loc[p, 'cutoff_cv']:.2f})" for p in named)
                      + f"; lowest {sub.loc[extremes[0], 'rate_cv']:.2f} ({extremes[0]}), highest "
-                     f"{sub.loc[extremes[1], 'rate_cv']:.2f} ({extremes[1]}).")
-    return " ".join(parts)
+                     f"{sub.loc[extremes[1], 'rate_cv']:.2f} ({extremes[1]}). "
+                     + _why_variable(decisions, trace))
+    return " ".join(parts).strip()
+
+
+def _why_variable(decisions: pd.DataFrame, trace: str) -> str:
+    """Why a BDSGD's throughput varies (R1): how often its cutoff changes, and how much longer
+    its iterations at its largest cutoff last than the rest (a wait for the slowest worker)."""
+    said = []
+    for policy in BDSGDS:
+        replay = _replay(decisions[~decisions["policy"].str.contains("/")], trace, policy)
+        if replay is None:
+            continue
+        c, d = replay["cutoff"].to_numpy(), replay["duration_s"].to_numpy()
+        flips = float(np.mean(np.diff(c) != 0)) if len(c) > 1 else 0.0
+        top = c == c.max()
+        longer = (f", and its iterations at c = {c.max()} last {d[top].mean() / d[~top].mean():.1f}x "
+                  "as long as the rest" if top.any() and (~top).any() else "")
+        said.append(f"{policy} changes its cutoff on {flips:.0%} of iterations{longer}")
+    if not said:
+        return ""
+    return ("Why: " + "; ".join(said) + ": each change between waiting for the slowest worker "
+            "and cutting it is a jump in the iteration's length, so the throughput varies as "
+            "often as the cutoff does.")
 
 
 def worker_time(table: pd.DataFrame, path: Path) -> list[Path]:
