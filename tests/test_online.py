@@ -109,3 +109,11 @@ def test_a_step_taken_while_the_server_waits_is_the_same_step(calm_model):
     # a step in idle time follows an observation that is not a period's end
     assert sum(count % ONLINE[0] for count in taken) > 0
     assert np.array_equal(plain.expected, waiting.expected)
+
+
+def test_the_papers_bdsgd_serves_frozen_and_ours_learns(calm_model):
+    """Teng & Wood trained their model once, offline: bdsgd-paper never learns while serving,
+    whatever policies.online_every; bdsgd-model does."""
+    cfg = dataclasses.replace(default_config().policies, online_every=ONLINE[0])
+    assert make_policy("bdsgd-paper", N, cfg, model=calm_model).predictor.online is None
+    assert make_policy("bdsgd-model", N, cfg, model=calm_model).predictor.online is not None

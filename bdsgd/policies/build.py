@@ -234,9 +234,10 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
     from bdsgd.policies.averaging import Averaged
     from bdsgd.policies.model_predictor import ModelPredictor
 
+    # Teng & Wood's model was trained once, offline: it does not learn while it serves
+    every = 0 if spec(name).paper else cfg.online_every
     predictor = ModelPredictor(model, seed=seed, compile=cfg.compile,
-                               online=(cfg.online_every, cfg.online_window,
-                                       cfg.online_learning_rate))
+                               online=(every, cfg.online_window, cfg.online_learning_rate))
     if name in ("bdsgd-model", "bdsgd-paper"):
         return predictor
     simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
