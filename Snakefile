@@ -51,6 +51,7 @@ wildcard_constraints:
     stage=one_of(STAGES),
     censoring=one_of(CENSORING),
     late=one_of(LATE),
+    kind=one_of(TRAINED),
     name="[^/]+",
 
 

@@ -11,8 +11,9 @@ import sys
 
 from bdsgd import commands, flags
 from bdsgd.cluster.clock import LATE
-from bdsgd.config import CENSORING
+from bdsgd.config import CENSORING, EMISSIONS
 from bdsgd.errors import reader_left, run_entry_point
+from bdsgd.ladder import TRAINED
 from bdsgd.policies import RULES, SPECS, VARIANTS
 from bdsgd.schema import TASKS
 
@@ -115,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(policies.PAPER_MODEL over the config's model:)")
     p.add_argument("--censoring", choices=CENSORING,
                    help="override model.censoring: how censored run-times are scored")
+    p.add_argument("--emission", choices=EMISSIONS,
+                   help="override model.emission: the run-times' family given the state")
     p.add_argument("--prior", metavar="PRIOR.pt", help="start from this prior over clusters "
                    "('bdsgd model prior'): every parameter but the workers' identities, then "
                    "model.steps on the trace (default: from the initial values)")
@@ -182,6 +185,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override network.late: whether the workers a cutoff leaves out drop "
                         "their gradient or finish it (and show the server their run-time)")
     p.set_defaults(func=commands.cmd_throughput)
+
+    # ladder
+    p = sub.add_parser("ladder", help="replay the ladder from Teng & Wood's BDSGD to the "
+                       "project's, one change a rung (bdsgd/ladder.py)")
+    p.add_argument("trace", metavar="TRACE", help="trace to replay (Parquet, no censored values)")
+    p.add_argument("--history", required=True, metavar="TRACE",
+                   help="the trace's earlier iterations (its training part), seen first")
+    p.add_argument("--config", required=True, help="the throughput stage's config: policies:, "
+                   "network:")
+    p.add_argument("--paper-model", dest="paper", required=True, metavar="MODEL.pt",
+                   help="the paper's run-time model: bdsgd model train --paper")
+    for kind, how in TRAINED.items():
+        p.add_argument(f"--{kind}-model", dest=kind, required=True, metavar="MODEL.pt",
+                       help=f"a run-time model trained on the history: bdsgd model train {how}")
+    p.add_argument("--model", dest="model", required=True, metavar="MODEL.pt",
+                   help="the workflow's run-time model (from the prior where model.prior)")
+    p.add_argument("--json", required=True, help="the rungs' throughput table to write (JSON)")
+    p.add_argument("--decisions", required=True,
+                   help="every rung's per-iteration decisions to write (Parquet)")
+    p.set_defaults(func=commands.cmd_ladder)
 
     # train
     p = sub.add_parser("train", help="one convergence run on the virtual cluster")

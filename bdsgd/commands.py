@@ -134,6 +134,8 @@ def cmd_model_train(args):
         mcfg = replace(mcfg, **PAPER_MODEL)
     if args.censoring:
         mcfg = replace(mcfg, censoring=args.censoring)
+    if args.emission:
+        mcfg = replace(mcfg, emission=args.emission)
     seed = cfg.seed if args.seed is None else args.seed
     train_model(trace, mcfg, seed=seed, out=args.out, progress=not args.quiet, config=cfg,
                 trace_name=args.trace_name or Path(args.trace).stem, prior=args.prior)
@@ -198,6 +200,17 @@ def cmd_throughput(args):
                   decisions_out=args.decisions, cfg=cfg, seed=args.seed,
                   history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep,
                   late=args.late, period_out=args.period_sweep)
+
+
+def cmd_ladder(args):
+    from bdsgd.ladder import MODELS, run_ladder
+    from bdsgd.stages import load_stage_config
+
+    models = {key: getattr(args, key) for key in MODELS}
+    for flag, out in (("--json", args.json), ("--decisions", args.decisions)):
+        check_output(flag, out, inputs=(args.trace, args.history, args.config, *models.values()))
+    run_ladder(load_stage_config(args.config, "throughput"), args.trace, args.history, models,
+               args.json, args.decisions)
 
 
 def cmd_train(args):

@@ -127,6 +127,7 @@ class PoliciesConfig:
 
 
 CENSORING = ("likelihood", "impute")  # model.censoring's values, which the ablations compare
+EMISSIONS = ("lognormal", "gaussian")  # model.emission's values
 
 
 @dataclass(frozen=True)

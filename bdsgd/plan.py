@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from bdsgd.cluster.clock import LATE
 from bdsgd.cluster.schedules import MODES
 from bdsgd.config import CENSORING, Config
+from bdsgd.ladder import TRAINED
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
 from bdsgd.preflight import pilot_traces, trace_workers
@@ -153,7 +154,7 @@ def jobs(cfg: Config, seconds_per_sample: dict[str, float], device: str,
 def _ablations(cfg: Config) -> list[Job]:
     """The replay ablations' jobs (throughput.ablations), on each of its traces: the censored
     training part, a model and a replay per way of scoring censored run-times, a replay per late
-    mode."""
+    mode, the ladder's models and its replay (``bdsgd.ladder``)."""
     res, traces = cfg.resources, cfg.throughput.ablations.traces
     if not traces:
         return []
@@ -162,7 +163,9 @@ def _ablations(cfg: Config) -> list[Job]:
     return [Job("censor_trace", "ablations", len(traces), 0, None, None, 0.0),
             Job("train_censored_model", "ablations", len(traces) * len(CENSORING), 0, *model, None),
             Job("censoring_replay", "ablations", len(traces) * len(CENSORING), 0, *replay, None),
-            Job("late_replay", "ablations", len(traces) * len(LATE), 0, *replay, None)]
+            Job("late_replay", "ablations", len(traces) * len(LATE), 0, *replay, None),
+            Job("train_ladder_model", "ablations", len(traces) * len(TRAINED), 0, *model, None),
+            Job("ladder", "ablations", len(traces), 0, *replay, None)]
 
 
 def _draws(cfg: Config) -> list[Job]:
@@ -171,7 +174,9 @@ def _draws(cfg: Config) -> list[Job]:
     paper's (paper.pt) of every trace and cluster whose replay or runs read it."""
     res, tc = cfg.resources, cfg.training()
     runs, replays = model_files(tc.policies), model_files(cfg.throughput.policies)
-    out, papers = [], set(cfg.traces) if "paper.pt" in replays else set()
+    # the paper's model of every trace whose replay or ladder reads it
+    out = []
+    papers = set(cfg.traces) if "paper.pt" in replays else set(cfg.throughput.ablations.traces)
     for trace in cfg.train_traces():
         clusters = {cfg.cluster_of(trace, seed) for seed in tc.seeds}
         drawn = len(clusters - {trace})

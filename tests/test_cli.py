@@ -31,6 +31,7 @@ ENTRY_POINTS = [
     "distributed",  # its runs: tests/test_distributed.py
     "plan",  # its runs: tests/test_plan.py
     "pilot",  # its runs: tests/test_pilot.py
+    "ladder",  # its runs: tests/test_ladder.py
 ]
 CONTRACT_KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50"}
 # Each program a user or a job starts, once as a process: the console script and `python -m`

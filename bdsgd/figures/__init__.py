@@ -36,6 +36,8 @@ FIGURES = {
     "replay_ablations": ("replay_ablations.csv", "replay_ablations.rst", "Tables"),
     "runtime_distributions": ("runtime_distributions.png", "runtime_distributions.rst", "Traces"),
     "model_predictions": ("model_predictions.png", "model_predictions.rst", "Run-time model"),
+    "ladder": ("ladder.png", "ladder.rst", "Policies"),
+    "ladder_summary": ("ladder.csv", "ladder_summary.rst", "Tables"),
     "ablations": ("ablations.png", "ablations.rst", "Convergence"),
     "ablations_summary": ("ablations.csv", "ablations_summary.rst", "Tables"),
     "distributed_replay": ("distributed_replay.png", "distributed_replay.rst", "Convergence"),

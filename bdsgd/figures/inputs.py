@@ -263,6 +263,15 @@ def load_replay_ablations(results_dir: Path) -> list[tuple[str, str, str, dict, 
     return arms
 
 
+def load_ladders(results_dir: Path) -> list[tuple[str, dict, pd.DataFrame]]:
+    """Every ladder found (``bdsgd ladder``, on throughput.ablations' traces): (trace, its rungs'
+    table, every rung's decisions); none where no trace ran one."""
+    layout = Layout(str(results_dir))
+    return [(path.parent.name, read_json(path, "rungs"),
+             read_parquet(path.with_suffix(".parquet"), DECISIONS))
+            for path in layout.find(layout.throughput(ANY, "ladder.json"))]
+
+
 def load_traces(results_dir: Path) -> dict[str, np.ndarray]:
     """Every trace's run-times, by the trace's name."""
     layout = Layout(str(results_dir))

@@ -63,6 +63,7 @@ from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns:
     THROUGHPUT_COLUMNS,
     load_comm_sweep,
     load_distributed,
+    load_ladders,
     load_note,
     load_overhead,
     load_period_sweep,
@@ -73,6 +74,7 @@ from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns:
     load_traces,
 )
 from bdsgd.figures.inputs import time_unit as _time_unit  # noqa: E402, F401
+from bdsgd.figures.ladder import emission_answer, ladder, ladder_answer, ladder_table  # noqa: E402
 from bdsgd.figures.verdicts import verdict_table, versus_answer  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
 from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
@@ -224,7 +226,8 @@ def render_all(results_dir: Path, out_dir: Path) -> list[Path]:
 def load_all(results_dir: Path) -> tuple:
     """Every input of the figures, read and checked (a bad one is a UserError): (summary,
     metrics, throughput table, decisions, comm sweep, period sweep, decision times,
-    time unit by trace, traces, predictions, replay ablations, convergence ablations, jobs)."""
+    time unit by trace, traces, predictions, replay ablations, convergence ablations, jobs,
+    ladders)."""
     if not results_dir.is_dir():
         raise UserError(str(results_dir), "RESULTS_DIR", "not a directory")
     summary, metrics = load_runs(results_dir)
@@ -234,12 +237,13 @@ def load_all(results_dir: Path) -> tuple:
             load_period_sweep(results_dir), load_overhead(results_dir),
             units, load_traces(results_dir), load_predictions(results_dir),
             replay_ablations.ablation_table(load_replay_ablations(results_dir)),
-            ablation_table(summary), load_distributed(results_dir))
+            ablation_table(summary), load_distributed(results_dir), load_ladders(results_dir))
 
 
 def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
     (summary, metrics, table, decisions, sweep, periods, overhead, units, traces,
-     predictions, replayed, ablated, jobs) = load_all(results_dir)
+     predictions, replayed, ablated, jobs, ladders) = load_all(results_dir)
+    steps = ladder_table(ladders)
     sns.set_theme(style="whitegrid", context="notebook")
     path = {name: out_dir / file for name, (file, _, _) in FIGURES.items()}
     verdicts = verdict_table(summary, decisions)
@@ -266,6 +270,8 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *replay_ablations.draw(replayed, "data", path["data_value"], units.get, policy_style),
         *_write_csv(ablated, path["ablations_summary"]),
         *ablations(ablated, path["ablations"], policy_colour),
+        *_write_csv(steps, path["ladder_summary"]),
+        *ladder(steps, path["ladder"]),
         *distributed_replay(jobs, path["distributed_replay"], policy_style),
     ]
     # the measured answer to each reviewer question, beside the figure that answers it
@@ -285,6 +291,8 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         "ablations": ablations_answer(ablated),
         "distributed_replay": distributed_replay_answer({job.name: replay_job(job) for job in jobs}),
         **{key: versus_answer(decisions, pairs) for key, pairs in VERSUS.items()},
+        "ladder": ladder_answer(steps),
+        "emission": emission_answer(ladders),
     }
     written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
                 *_write_csv(reviewers_table(answers), path["reviewers"])]

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bdsgd.config import EMISSIONS
 from bdsgd.runtime_model.gaussian import Mixture, softplus, stack
 
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
@@ -55,7 +56,7 @@ class Emitter(nn.Module):
 
     def __init__(self, latent_dim: int, worker_dim: int, hidden_dim: int, emission: str):
         super().__init__()
-        if emission not in ("lognormal", "gaussian"):
+        if emission not in EMISSIONS:
             raise ValueError(f"unknown emission {emission!r}")
         self.emission = emission
         self.hidden = nn.Sequential(nn.Linear(latent_dim, hidden_dim), nn.Tanh())

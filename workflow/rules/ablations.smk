@@ -73,3 +73,46 @@ use rule censoring_replay as late_replay with:
     params:
         policies=f"{ABLATIONS['policy']},explore-{ABLATIONS['policy']}",
         late=lambda wc: f"--late {wc.late}",
+
+
+# The ladder from Teng & Wood's BDSGD to the project's (bdsgd/ladder.py): the models only it
+# reads, each trained on the trace alone as the paper's is (bdsgd.ladder.TRAINED), then every
+# rung replayed.
+use rule train_model as train_ladder_model with:
+    input:
+        config=PATHS.stage_config("train_model", "{trace}"),
+        trace=PATHS.trace(part="train"),
+    output:
+        PATHS.model(file="ladder-{kind}.pt"),
+    log:
+        PATHS.model_log("train_ladder_{kind}"),
+    params:
+        paper=lambda wc: TRAINED[wc.kind],
+        prior="",
+
+
+rule ladder:
+    input:
+        config=PATHS.stage_config("throughput", "{trace}"),
+        trace=PATHS.trace(part="test"),
+        history=PATHS.trace(part="train"),
+        paper=PATHS.model(file="paper.pt"),
+        **{kind: PATHS.model(file=f"ladder-{kind}.pt") for kind in TRAINED},
+        model=PATHS.model(),
+    output:
+        json=PATHS.throughput(file="ladder.json"),
+        decisions=PATHS.throughput(file="ladder.parquet"),
+    log:
+        PATHS.log("throughput", "{trace}", "ladder"),
+    params:
+        trained=lambda wc, input: " ".join(f"--{kind}-model {input[kind]}" for kind in TRAINED),
+    threads: RES["throughput_threads"]
+    resources:
+        mem_mb=RES["throughput_mem_mb"],
+        runtime=RES["throughput_runtime_min"],
+    conda:
+        "../envs/bdsgd.yaml"
+    shell:
+        "bdsgd ladder {input.trace} --history {input.history} --config {input.config} "
+        "--paper-model {input.paper} {params.trained} --model {input.model} "
+        "--json {output.json} --decisions {output.decisions} > {log} 2>&1"

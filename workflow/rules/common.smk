@@ -21,6 +21,7 @@ import yaml
 
 from bdsgd.cluster.clock import LATE
 from bdsgd.config import CENSORING, GatherConfig, from_dict
+from bdsgd.ladder import TRAINED
 from bdsgd.errors import UserError
 from bdsgd.plan import SECONDS_PER_SAMPLE, bill_device
 from bdsgd.preflight import check, pilot_traces
@@ -259,8 +260,10 @@ def trace_figure_outputs():
 
 
 def ablation_outputs():
-    """The replay ablations' tables and decisions (throughput.ablations), every trace's."""
-    arms = [f"censored-{mode}" for mode in CENSORING] + [f"late-{late}" for late in LATE]
+    """The replay ablations' tables and decisions (throughput.ablations), every trace's, the
+    ladder's (bdsgd.ladder) among them."""
+    arms = [f"censored-{mode}" for mode in CENSORING] + [f"late-{late}" for late in LATE] + [
+        "ladder"]
     return [PATHS.throughput(trace, f"{arm}.{ext}") for trace in ABLATIONS["traces"]
             for arm in arms for ext in ("json", "parquet")]
 
