@@ -11,7 +11,13 @@ import pytest
 
 from bdsgd.cli import main
 from bdsgd.figures.inputs import load_ladders
-from bdsgd.figures.ladder import emission_answer, ladder, ladder_answer, ladder_table
+from bdsgd.figures.ladder import (
+    drift_answer,
+    emission_answer,
+    ladder,
+    ladder_answer,
+    ladder_table,
+)
 from bdsgd.ladder import RUNGS, TRAINED
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
@@ -69,6 +75,7 @@ def test_the_table_figure_and_answers_pair_each_rung_with_the_one_it_follows(rep
     assert answer.startswith("On t, Teng & Wood's BDSGD reaches")
     assert "learning (+ learning while serving) against prior:" in answer
     assert "likelihood against gaussian:" in emission_answer(ladders)
+    assert "learning against prior:" in drift_answer(ladders)
     ladder(table, tmp_path / "ladder.png")
     assert (tmp_path / "ladder.png").stat().st_size > 10_000
     assert ladder_answer(ladder_table([])).startswith("Not measured")

@@ -44,6 +44,8 @@ QUESTIONS = {
     "bandit": ("R3", "Would a simple bandit or regression model achieve most of the gains?",
                "throughput"),
     "emission": ("R3", "A Gaussian for positive run-times?", "ladder"),
+    "drift": ("R1", "If the cluster's load at test time differs from training's, is the model "
+              "still as good?", "ladder"),
     "paper_ladder": ("project", "What does each change from the paper's BDSGD to bdsgd buy?",
                      "ladder"),
     "clock_fidelity": ("project", "Does the virtual clock reproduce a real distributed run?",
@@ -82,7 +84,7 @@ def answers_rst(answers: dict[str, str]) -> str:
 
 def reviewers_table(answers: dict[str, str]) -> pd.DataFrame:
     """reviewers.csv: a row per question, with its own measured answer if it has one (a key of
-    ``VERSUS``, or ``emission``), else its figure's (or 'not measured in this run' where the
+    ``VERSUS``, ``emission``, ``drift``), else its figure's (or 'not measured in this run' where the
     figure has none; a pointer to the caption for a WALL_CLOCK one)."""
     def answer(key: str, figure: str) -> str:
         if figure in WALL_CLOCK and figure in answers:

@@ -18,6 +18,7 @@ from bdsgd.plotting import save_figure
 COLUMNS = ["trace", "order", "rung", "change", "policy", "against", "relative_to_oracle",
            "mean_cutoff", "cutoff_changes", "ratio", "low", "high", "verdict"]
 EMISSION = ("likelihood", "gaussian")  # log-normal against Gaussian, all else equal (R3)
+LEARNING = ("learning", "prior")  # learning while serving against the same model frozen (R1)
 NOT_MEASURED = "Not measured: no ladder was replayed (throughput.ablations.traces)."
 
 
@@ -91,8 +92,21 @@ def ladder_answer(table: pd.DataFrame) -> str:
 def emission_answer(ladders: list[tuple[str, dict, pd.DataFrame]]) -> str:
     """R3's Gaussian for positive run-times: log-normal against Gaussian emission with the
     censored likelihood, the paper's rule and no margin alike (rungs ``EMISSION``), paired."""
+    return _versus(ladders, EMISSION, "Log-normal emission (rung likelihood) against Gaussian "
+                   "(rung gaussian), everything else alike: ")
+
+
+def drift_answer(ladders: list[tuple[str, dict, pd.DataFrame]]) -> str:
+    """R1's load at test time unlike training's: the model learning while it serves against the
+    same model frozen (rungs ``LEARNING``), paired, on each ladder trace (a load-shift trace's
+    test part runs at a load its training part never saw)."""
+    return _versus(ladders, LEARNING, "Learning while serving (rung learning) against the same "
+                   "model frozen (rung prior): ")
+
+
+def _versus(ladders, pair: tuple[str, str], said: str) -> str:
+    """``said`` and, per trace, the two rungs of ``pair`` compared on the same iterations."""
     if not ladders:
         return NOT_MEASURED
     decisions = pd.concat([d.assign(trace=trace) for trace, _, d in ladders], ignore_index=True)
-    return ("Log-normal emission (rung likelihood) against Gaussian (rung gaussian), everything "
-            "else alike: " + versus_answer(decisions, [EMISSION]))
+    return said + versus_answer(decisions, [pair])

@@ -74,7 +74,13 @@ from bdsgd.figures.inputs import (  # noqa: E402, F401 - load_runs, the columns:
     load_traces,
 )
 from bdsgd.figures.inputs import time_unit as _time_unit  # noqa: E402, F401
-from bdsgd.figures.ladder import emission_answer, ladder, ladder_answer, ladder_table  # noqa: E402
+from bdsgd.figures.ladder import (  # noqa: E402
+    drift_answer,
+    emission_answer,
+    ladder,
+    ladder_answer,
+    ladder_table,
+)
 from bdsgd.figures.verdicts import verdict_table, versus_answer  # noqa: E402
 from bdsgd.io import write_with  # noqa: E402
 from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
@@ -293,6 +299,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         **{key: versus_answer(decisions, pairs) for key, pairs in VERSUS.items()},
         "ladder": ladder_answer(steps),
         "emission": emission_answer(ladders),
+        "drift": drift_answer(ladders),
     }
     written += [write_with(path["answers"], lambda tmp: tmp.write_text(answers_rst(answers))),
                 *_write_csv(reviewers_table(answers), path["reviewers"])]
