@@ -16,16 +16,12 @@ of the optimum, and the largest ratio at which the optimum still gains 2 % over 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 import yaml
-from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
+from commands import bdsgd, output_folder  # sibling modules: benchmarks/ is sys.path[0]
+from results_md import add_option, recorded
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICIES = "sync,static,elfving,ecdf,bandit,ewma,persist,bdsgd,bdsgd-model,oracle"
 PAYS = 1.02  # the optimum gains at least 2 % over sync
 
@@ -47,14 +43,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def bdsgd(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "bdsgd", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"bdsgd {' '.join(map(str, args))} failed:\n{proc.stdout[-2000:]}\n"
-                 f"{proc.stderr[-2000:]}")
-
-
 def main() -> None:
     args = parse_args()
     with recorded(args.results, __file__):
@@ -62,8 +50,7 @@ def main() -> None:
 
 
 def bench(args) -> None:
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="comm_sweep_"))
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(args.out, "comm_sweep_")
     config = out / "config.yaml"
     config.write_text(yaml.safe_dump({
         "experiment": "comm-sweep", "seed": args.seed,
@@ -72,7 +59,6 @@ def bench(args) -> None:
         "throughput": {"comm_ratios": [float(r) for r in args.ratios.split(",")]},
         "network": {"shards": args.shards, "late": args.late}}))
     trace, train, test = (out / f"{part}.parquet" for part in ("trace", "train", "test"))
-    print(f"outputs in {out}", file=sys.stderr, flush=True)
     bdsgd("traces", "simulate", "--config", config, "--name", "t", "--out", trace)
     bdsgd("traces", "split", trace, "--train", train, "--test", test)
     bdsgd("model", "train", train, "--config", config, "--out", out / "model.pt", "--quiet")

@@ -14,19 +14,14 @@ verdict (a batch-means interval over blocks of the same iterations).
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import yaml
-from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
+from commands import bdsgd, output_folder  # sibling modules: benchmarks/ is sys.path[0]
+from results_md import add_option, recorded
 
 from bdsgd.figures.inputs import load_ladders
 from bdsgd.figures.ladder import ladder_table
 from bdsgd.ladder import TRAINED
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args() -> argparse.Namespace:
@@ -43,14 +38,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def bdsgd(*args) -> None:
-    proc = subprocess.run([sys.executable, "-m", "bdsgd", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"bdsgd {' '.join(map(str, args))} failed:\n{proc.stdout[-2000:]}\n"
-                 f"{proc.stderr[-2000:]}")
-
-
 def main() -> None:
     args = parse_args()
     with recorded(args.results, __file__):
@@ -58,9 +45,7 @@ def main() -> None:
 
 
 def bench(args) -> None:
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ladder_"))
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"outputs in {out}", file=sys.stderr, flush=True)
+    out = output_folder(args.out, "ladder_")
     # the smoke profile's model and prior sizes (configs/smoke.yaml): minutes on a CPU
     model = {"epochs": 30, "prior_workers": args.workers, "prior_iterations": 100,
              "prior_draws": 1, "prior_steps": 30}
