@@ -324,13 +324,15 @@ LONG_RUN_S = 1500
 
 def time_limit_config(path: Path) -> Path:
     """The tiny config with LONG_RUN as its only convergence run, a one-minute time limit and
-    the memory requests of ``for_slurm``, written to ``path``."""
+    the memory requests of ``for_slurm``, written to ``path``; no pilot (it would train sync at
+    LONG_RUN's length three times before the run)."""
     import yaml
 
     from tests.helpers import tiny_config
 
     cfg = tiny_config()
     cfg["train"].update(LONG_RUN)
+    cfg["pilot"] = {"enabled": False}
     cfg["resources"] = {**dict.fromkeys(MEM_KEYS, 1000), "train_runtime_min": 1}
     path.write_text(yaml.safe_dump(cfg))
     return path
