@@ -47,6 +47,7 @@ wildcard_constraints:
     task=one_of(TRAIN["tasks"]),
     policy=one_of(TRAIN["policies"]),
     seed=r"\d+",
+    draw=r"[1-9]\d*",
     job=one_of(DIST),
     stage=one_of(STAGES),
     censoring=one_of(CENSORING),

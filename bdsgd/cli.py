@@ -184,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--late", choices=LATE,
                    help="override network.late: whether the workers a cutoff leaves out drop "
                         "their gradient or finish it (and show the server their run-time)")
+    p.add_argument("--draw", type=int, default=0, metavar="D",
+                   help="the cluster draw replayed: a recorded trace's draw D > 0 starts at the "
+                        "fraction frac(D x 0.618) of it and wraps round (a simulated trace's "
+                        "draws are traces of their own: replayed whole); default 0")
     p.set_defaults(func=commands.cmd_throughput)
 
     # ladder
@@ -300,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("figures", help="every figure and summary.csv from stored results")
     p.add_argument("results_dir", metavar="RESULTS_DIR", help="results/<experiment>")
     p.add_argument("--out", required=True, help="figure folder (figures/<experiment>)")
+    p.add_argument("--draws", action="store_true",
+                   help="draw only the throughput study over cluster draws (throughput.draws), "
+                        "which reads the throughput replays alone")
     p.set_defaults(func=commands.cmd_figures)
     return parser
 

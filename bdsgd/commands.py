@@ -199,7 +199,7 @@ def cmd_throughput(args):
                   comm_s=args.comm_s, json_out=args.json,
                   decisions_out=args.decisions, cfg=cfg, seed=args.seed,
                   history_path=args.history, threads=args.threads, sweep_out=args.comm_sweep,
-                  late=args.late, period_out=args.period_sweep)
+                  late=args.late, period_out=args.period_sweep, draw=args.draw)
 
 
 def cmd_ladder(args):
@@ -245,10 +245,11 @@ def cmd_distributed(args):
 
 
 def cmd_figures(args):
+    from bdsgd.figures.draws import render_draws
     from bdsgd.figures.render import render_all
 
     check_output("--out", args.out, folder=True)
-    render_all(Path(args.results_dir), Path(args.out))
+    (render_draws if args.draws else render_all)(Path(args.results_dir), Path(args.out))
 
 
 def cmd_plan(args):

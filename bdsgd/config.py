@@ -1,8 +1,7 @@
 """One typed experiment config: loaded from YAML, validated against the JSON schema, hashed.
 
-The schema (``config.schema.yaml`` beside this file; the Snakefile validates against the same
-file) is the one home of every default: loading fills them in, checks every field and builds
-frozen dataclasses (``cfg.policies.min_gain``, not dictionary look-ups).
+The schema (``config.schema.yaml`` beside this file, the Snakefile's too) is the one home of every
+default: loading fills them in, checks every field and builds frozen dataclasses.
 """
 
 from __future__ import annotations
@@ -146,6 +145,7 @@ class ThroughputConfig:
     comm_ratios: tuple[float, ...]
     decide_every: tuple[int, ...]
     period_policies: tuple[str, ...]
+    draws: int  # read by the workflow (one replay a draw), no stage
     ablations: AblationsConfig
 
 

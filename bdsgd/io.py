@@ -40,6 +40,13 @@ def write_with(path: str | Path, writer: Callable[[Path], Any]) -> Path:
     return Path(path)
 
 
+def write_table(df, path: str | Path) -> Path:
+    """A table as CSV, atomically; floats to 10 significant digits, so that the same results
+    give the same bytes."""
+    return write_with(path, lambda tmp: df.to_csv(tmp, index=False, float_format="%.10g",
+                                                  lineterminator="\n"))
+
+
 def write_json(path: str | Path, data: Any) -> Path:
     text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
     return write_with(path, lambda tmp: tmp.write_text(text))

@@ -8,6 +8,7 @@ per job) and figures/<experiment>/::
     results/<experiment>/models/<trace>/{model.pt,evaluation.json,predictions.parquet}
     results/<experiment>/throughput/<trace>/{throughput.json,decisions.parquet,comm_sweep.csv,
                                              period_sweep.csv}
+    results/<experiment>/throughput/<trace>/draw<d>/throughput.json   a further cluster draw
     results/<experiment>/traces/<trace>/draw<s>/...    a simulated trace's cluster for run seed s
     results/<experiment>/models/<trace>/draw<s>/model.pt
     results/<experiment>/runs/<trace>/<task>/<policy>/seed<k>/{result.json,metrics.parquet,model.pt}
@@ -87,6 +88,10 @@ class Layout:
     def throughput(self, trace: str = TRACE, file: str = "throughput.json") -> str:
         """A trace's replay under every policy, or its "decisions.parquet"."""
         return f"{self.results}/throughput/{trace}/{file}"
+
+    def replayed(self, path) -> str:
+        """The trace, or <trace>/draw<d>, of a replay's file (one ``throughput`` names)."""
+        return Path(path).parent.relative_to(Path(self.results) / "throughput").as_posix()
 
     def run_dir(self, trace: str = TRACE, task: str = TASK, policy: str = POLICY,
                 seed: str | int = SEED) -> str:

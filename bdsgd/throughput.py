@@ -80,6 +80,7 @@ def _describe(trace: Trace, path: str, cluster: VirtualCluster, oracle_rate: flo
     return {
         "path": str(path), "n_iterations": trace.n_iterations, "n_workers": trace.n_workers,
         "time_unit": trace.meta.get("time_unit", "s"), "source": trace.meta.get("source"),
+        "starts_at": trace.meta.get("rotated", 0),  # a recorded trace's draw (replay_start)
         "runtime_mean": float(x.mean()), "runtime_median": float(np.median(x)),
         "runtime_cv": float(x.std() / x.mean()),
         "straggler_ratio_mean": float((x.max(axis=1) / np.median(x, axis=1)).mean()),
@@ -92,7 +93,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
                   comm_s: float | None = None, json_out=None, decisions_out=None, cfg=None,
                   seed: int | None = None, history_path=None, threads: int | None = None,
                   sweep_out=None, paper_model_path=None, late: str | None = None,
-                  period_out=None) -> dict:
+                  period_out=None, draw: int = 0) -> dict:
     """Replay ``trace_path`` under every policy; write the table (JSON), the decisions (Parquet),
     given ``sweep_out`` the communication sweep (CSV, ``comm_sweep``) and given ``period_out``
     the re-decision period sweep (CSV, ``period_sweep``).
@@ -103,11 +104,14 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     that learns from observations sees first (``warm_up``); without it they all start cold.
     ``threads``: torch's CPU threads for the replay, the process's restored after (None: the
     config's ``resources.throughput_threads``). ``comm_s`` and ``late`` (what the workers a
-    cutoff leaves out do) None: the config's.
+    cutoff leaves out do) None: the config's. ``draw``: the cluster draw replayed
+    (``traces.schema.replay_start``): a recorded trace's draw d > 0 starts elsewhere in it; a
+    simulated trace's draws are files of their own, replayed whole.
     """
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
     from bdsgd.traces.io import read_trace
+    from bdsgd.traces.schema import replay_start
 
     resolved = cfg if cfg is not None else default_config()
     pcfg = resolved.policies
@@ -123,7 +127,9 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     if threads < 1:
         raise UserError("--threads", str(threads), "must be at least 1")
     trace_path = str(trace_path)
-    trace = read_trace(trace_path)
+    if draw < 0:
+        raise UserError("--draw", str(draw), "must be 0 or more")
+    trace = replay_start(read_trace(trace_path), draw)
     require_complete(trace, trace_path)
     require_cutoff(trace, trace_path)
     cluster = for_replay(resolved, trace, comm_s, late)

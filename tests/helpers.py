@@ -35,7 +35,8 @@ def tiny_config(**overrides) -> dict:
         "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",
                                     "oracle", "oracle-myopic"],
                        # the sweeps' machinery, not their curves
-                       "comm_ratios": [1.0], "decide_every": [1, 10], "period_policies": ["elfving"]},
+                       "comm_ratios": [1.0], "decide_every": [1, 10], "period_policies": ["elfving"],
+                       "draws": 2},  # the throughput study's machinery: a second draw
         "train": {"trace": "sim", "tasks": ["digits"], "policies": ["sync", "bdsgd"],
                   "seeds": [0], "batch_size": 8, "max_iterations": 30, "eval_every": 10,
                   "target_accuracy": {"digits": 0.5}},
@@ -250,7 +251,7 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
     import yaml
 
     from bdsgd.config import from_dict, trace_names
-    from bdsgd.layout import Layout, cluster_draw
+    from bdsgd.layout import DRAW, Layout, cluster_draw
     from bdsgd.policies import model_files
     from bdsgd.preflight import pilot_traces
 
@@ -288,6 +289,20 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
         if out is not None:
             out.write_text(proc.stdout)
 
+    def drawn(trace, seed):
+        """The cluster of ``trace`` for run seed or draw ``seed`` (a recorded trace: itself),
+        simulated and split where not made yet."""
+        if cfg["traces"][trace]["source"] != "simulate":
+            return trace
+        cluster = cluster_draw(trace, seed)
+        if cluster != trace and not Path(workdir / paths.trace(cluster)).exists():
+            bdsgd("traces", "simulate", "--config", config, "--name", trace, "--seed",
+                  cfg.get("seed", 0) + seed, "--out", paths.trace(cluster))
+            bdsgd("traces", "split", paths.trace(cluster), "--train-fraction",
+                  cfg["traces"][trace].get("train_fraction", 0.5), "--train",
+                  paths.trace(cluster, "train"), "--test", paths.trace(cluster, "test"))
+        return cluster
+
     workdir.mkdir(parents=True, exist_ok=True)
     bdsgd("model", "prior", "--config", config, "--out", paths.prior(), "--quiet")
     throughput = cfg["throughput"]["policies"]
@@ -312,6 +327,14 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
               "--decisions", paths.throughput(name, "decisions.parquet"),
               "--comm-sweep", paths.throughput(name, "comm_sweep.csv"),
               "--period-sweep", paths.throughput(name, "period_sweep.csv"))
+    for name in cfg["traces"]:  # the throughput study's further cluster draws
+        for draw in range(1, cfg["throughput"].get("draws", 1)):
+            cluster = drawn(name, draw)
+            train_models(cluster, throughput)
+            bdsgd("throughput", paths.trace(cluster, "test"), "--policies", ",".join(throughput),
+                  *model_flags(cluster, throughput), "--history", paths.trace(cluster, "train"),
+                  "--config", config, "--draw", draw,
+                  "--json", paths.throughput(f"{name}{DRAW}{draw}"))
     train = cfg["train"]
     traces = trace_names(train["trace"])
     pilots = set(pilot_traces(from_dict(cfg)).values())
@@ -321,14 +344,7 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
                   "--history", paths.trace(trace, "train"),
                   "--out", Path(paths.pilot(trace, task)).parent)
         for seed in train["seeds"]:
-            cluster = cluster_draw(trace, seed) if cfg["traces"][trace]["source"] == "simulate" \
-                else trace
-            if cluster != trace and not Path(workdir / paths.trace(cluster)).exists():
-                bdsgd("traces", "simulate", "--config", config, "--name", trace, "--seed",
-                      cfg.get("seed", 0) + seed, "--out", paths.trace(cluster))
-                bdsgd("traces", "split", paths.trace(cluster), "--train-fraction",
-                      cfg["traces"][trace].get("train_fraction", 0.5), "--train",
-                      paths.trace(cluster, "train"), "--test", paths.trace(cluster, "test"))
+            cluster = drawn(trace, seed)
             train_models(cluster, train["policies"])
             for task in train["tasks"]:
                 for policy in train["policies"]:
@@ -338,6 +354,7 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
                           *model_flags(cluster, [policy]),
                           "--out", paths.run_dir(trace, task, policy, seed))
     bdsgd("figures", paths.results, "--out", paths.figures)
+    bdsgd("figures", paths.results, "--out", paths.figures, "--draws")
 
 
 def result_tables(root: Path, experiment: str) -> dict[str, Path]:

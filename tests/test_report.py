@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from bdsgd.figures import FIGURES
+from bdsgd.figures import DRAW_FIGURES, FIGURES
 from bdsgd.figures.answers import markers
 from bdsgd.traces import TRACE_FIGURES
 from tests.helpers import REPO, snakemake
@@ -20,7 +20,8 @@ STAGES = ("Reviewer questions", "Traces", "Run-time model", "Policies", "Converg
 
 
 def test_every_caption_belongs_to_a_figure():
-    named = {caption for _, caption, _ in [*FIGURES.values(), *TRACE_FIGURES.values()]}
+    named = {caption for _, caption, _ in [*FIGURES.values(), *DRAW_FIGURES.values(),
+                                           *TRACE_FIGURES.values()]}
     assert named == {p.name for p in CAPTIONS.glob("*.rst")}
 
 
@@ -41,7 +42,8 @@ def test_the_report_holds_every_figure_and_table_with_its_caption_by_stage(tiny_
     results = report_entries(html, "results")
     categories = report_entries(html, "categories")
 
-    expected = {f"figures/tiny/{file}": category for file, _, category in FIGURES.values()}
+    expected = {f"figures/tiny/{file}": category
+                for file, _, category in [*FIGURES.values(), *DRAW_FIGURES.values()]}
     expected |= {f"figures/tiny/traces/{file.format(trace=trace)}": category
                  for file, _, category in TRACE_FIGURES.values() for trace in cfg["traces"]}
     assert set(results) == set(expected)

@@ -138,6 +138,7 @@ def test_cli_writes_the_table(tmp_path, capsys):
     (["--policies", "sync,greedy"], "greedy"),
     (["--policies", "explore-oracle"], "explore-oracle"),
     (["--policies", "bayes"], "bayes"),
+    (["--policies", "sync", "--draw", "-1"], "--draw"),
 ])
 def test_cli_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, words):
     tiny_trace(tmp_path / "t.parquet")
@@ -152,6 +153,19 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, words):
     assert main(["throughput", str(tmp_path / "missing.parquet"), "--policies", "sync",
                  "--json", str(tmp_path / "o.json")]) == 2
     assert not (tmp_path / "o.json").exists()
+
+
+def test_a_draw_of_a_recorded_trace_starts_elsewhere_in_it(tmp_path):
+    """--draw d > 0 replays a recorded trace from an offset (the same iterations, wrapped round:
+    its optimum the same); a simulated trace's draws are files of their own, replayed whole."""
+    x = tiny_trace(tmp_path / "t.parquet")
+    first, other = (run_benchmark(tmp_path / "t.parquet", ["sync", "oracle"], draw=d)
+                    for d in (0, 1))
+    assert first["trace"]["starts_at"] == 0 and other["trace"]["starts_at"] == round(0.618 * 40)
+    assert other["trace"]["oracle_gradients_per_s"] == pytest.approx(
+        first["trace"]["oracle_gradients_per_s"])
+    write_trace(from_arrays(x, {"source": "simulate"}), tmp_path / "s.parquet")
+    assert run_benchmark(tmp_path / "s.parquet", ["sync"], draw=3)["trace"]["starts_at"] == 0
 
 
 def test_history_warms_up_the_learning_policies(tmp_path):

@@ -364,8 +364,7 @@ def test_a_recipe_in_epochs_trains_the_same_samples_on_any_cluster(tmp_path):
 def test_a_recorded_traces_seeds_replay_it_from_spread_offsets():
     """Seed 0 replays a recorded trace from its start; seeds 1, 2, ... from offsets spread over
     it (wrapping round); a simulated trace's seeds each have their own draw, replayed whole."""
-    from bdsgd.traces.schema import from_arrays
-    from bdsgd.training.run import replay_start
+    from bdsgd.traces.schema import from_arrays, replay_start
 
     x = np.arange(1.0, 41.0).reshape(20, 2)
     recorded = from_arrays(x, meta={"source": "alibaba-pai"})

@@ -141,3 +141,41 @@ def test_the_why_answers_state_the_mechanism():
                            "relative_to_sync": gain} for r, gain in ((0.1, 2.0), (10.0, 1.01))
                           for p in ("oracle", "static")])
     assert "falls (t, ps: 2.00x at rho = 0.1 to 1.01x at rho = 10)" in render.comm_sweep_answer(sweep)
+
+
+def draws(**factors) -> pd.DataFrame:
+    """inputs.load_draws' rows: per cluster draw, each policy's gradients per second, the draw's
+    own optimum times the policy's factor (0.1 % noise of its own)."""
+    optimum = RNG.lognormal(0.0, 0.5, SEEDS) * 100
+    return pd.DataFrame([{"trace": "t", "draw": d, "policy": p, "n_workers": 158,
+                          "gradients_per_s": optimum[d] * f * (1 + 0.001 * RNG.standard_normal()),
+                          "relative_to_oracle": f, "comm_to_compute": 0.7}
+                         for p, f in factors.items() for d in range(SEEDS)])
+
+
+def test_draws_pair_their_clusters():
+    from bdsgd.figures.verdicts import draw_verdicts
+
+    table = draw_verdicts(draws(sync=0.5, static=0.5, bdsgd=0.9, ecdf=0.45, oracle=1.0))
+    assert row(table, "static", "sync")["verdict"] == "level"
+    assert row(table, "bdsgd", "sync")["verdict"] == "ahead"  # a higher throughput is better
+    assert row(table, "ecdf", "static")["verdict"] == "behind"
+    assert row(table, "bdsgd", "sync")["pairs"] == f"{SEEDS} draws"
+    assert "oracle" not in set(table["policy"])
+    two = draw_verdicts(draws(sync=0.5, bdsgd=0.9).query("draw < 2"))
+    assert row(two, "bdsgd", "sync")["verdict"] == "too few draws"
+
+
+def test_the_studys_answer_states_both_bdsgds_and_their_verdicts():
+    from bdsgd.figures.draws import draw_summary, draws_answer, policy_order
+    from bdsgd.figures.verdicts import draw_verdicts
+
+    rows = draws(sync=0.5, static=0.6, bdsgd=0.9, **{"bdsgd-paper": 0.7})
+    summary = draw_summary(rows)
+    assert policy_order(summary) == ["bdsgd", "bdsgd-paper", "static", "sync"]
+    answer = draws_answer(summary, draw_verdicts(rows))
+    assert answer.startswith(f"On t ({SEEDS} draws): bdsgd 0.900 of the optimum")
+    assert "bdsgd-paper 0.700 of the optimum" in answer
+    assert "bdsgd against bdsgd-paper: ahead" in answer
+    assert answer.endswith("Over the traces, bdsgd against bdsgd-paper: ahead on 1; against "
+                           "static: ahead on 1; against sync: ahead on 1.")

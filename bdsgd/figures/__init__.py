@@ -10,7 +10,7 @@ library.
 
 from bdsgd.plotting import FIGURE_FORMATS, figure_files
 
-__all__ = ["FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLICY_DASHES",
+__all__ = ["FIGURES", "DRAW_FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLICY_DASHES",
            "FALLBACK_COLOURS", "VARIANT_DASHES", "EXPLORE_PREFIX", "VARIANT_SEP"]
 
 FIGURES = {
@@ -41,6 +41,14 @@ FIGURES = {
     "ablations": ("ablations.png", "ablations.rst", "Convergence"),
     "ablations_summary": ("ablations.csv", "ablations_summary.rst", "Tables"),
     "distributed_replay": ("distributed_replay.png", "distributed_replay.rst", "Convergence"),
+}
+# The throughput study over cluster draws (``bdsgd.figures.draws``, ``bdsgd figures --draws``):
+# from the throughput replays alone.
+DRAW_FIGURES = {
+    "throughput_study": ("throughput_study.rst", "throughput_study.rst", "Reviewer questions"),
+    "draw_verdicts": ("draw_verdicts.csv", "draw_verdicts.rst", "Reviewer questions"),
+    "throughput_draws": ("throughput_draws.png", "throughput_draws.rst", "Policies"),
+    "throughput_draws_summary": ("throughput_draws.csv", "throughput_draws_summary.rst", "Tables"),
 }
 
 

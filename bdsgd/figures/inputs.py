@@ -22,7 +22,7 @@ import yaml
 from bdsgd.cluster.clock import LATE
 from bdsgd.config import CENSORING
 from bdsgd.errors import UserError
-from bdsgd.layout import ANY, Layout
+from bdsgd.layout import ANY, DRAW, Layout, drawn_from
 from bdsgd.traces.io import META_KEY, read_trace
 from bdsgd.traces.schema import Trace
 
@@ -189,6 +189,34 @@ def load_throughput(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = pd.DataFrame(rows, columns=THROUGHPUT_COLUMNS).drop_duplicates(["trace", "policy", "rule"])
     table = table.sort_values(["trace", "policy", "rule"]).reset_index(drop=True)
     return table, pd.concat(decisions, ignore_index=True)
+
+
+DRAW_COLUMNS = ["trace", "draw", "policy", "gradients_per_s", "relative_to_oracle", "n_workers",
+                "comm_to_compute"]
+
+
+def load_draws(results_dir: Path) -> pd.DataFrame:
+    """Every policy's replay (its default rule) on every cluster draw of every trace: draw 0,
+    throughput/<trace>/throughput.json; draw d, throughput/<trace>/draw<d>/throughput.json (the
+    throughput study, throughput.draws). DRAW_COLUMNS, one row per trace x draw x policy."""
+    layout, rows = Layout(str(results_dir)), []
+    first = need(layout.find(layout.throughput(ANY)), results_dir, "throughput")
+    for path in first + layout.find(layout.throughput(f"{ANY}{DRAW}{ANY}")):
+        trace, draw = drawn_from(layout.replayed(path))
+        about = read_json(path, "trace")
+        for name, entry in read_json(path, "policies").items():
+            if "/" in name:  # the same replay under its other rule (--rule both)
+                continue
+            for key in DRAW_COLUMNS[3:5]:
+                if not isinstance(entry.get(key), numbers.Real):
+                    raise UserError(str(path), f"policies.{name}.{key}",
+                                    f"missing or not a number: {entry.get(key)!r}")
+            rows.append({"trace": trace, "draw": draw, "policy": name,
+                         **{k: entry[k] for k in DRAW_COLUMNS[3:5]},
+                         "n_workers": about.get("n_workers"),
+                         "comm_to_compute": about.get("comm_to_compute")})
+    return pd.DataFrame(rows, columns=DRAW_COLUMNS).sort_values(
+        ["trace", "draw", "policy"]).reset_index(drop=True)
 
 
 def _sweeps(results_dir: Path, file: str, columns: list[str]) -> pd.DataFrame:

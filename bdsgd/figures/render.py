@@ -82,7 +82,7 @@ from bdsgd.figures.ladder import (  # noqa: E402
     ladder_table,
 )
 from bdsgd.figures.verdicts import verdict_table, versus_answer  # noqa: E402
-from bdsgd.io import write_with  # noqa: E402
+from bdsgd.io import write_table, write_with  # noqa: E402
 from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
 # the training modes that are no cutoff policy: no cutoff to draw, and their metrics rows are
@@ -90,13 +90,11 @@ from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
-FLOAT_FORMAT = "%.10g"
 TRACE_COLOURS = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB")
 ORDER_COLOURS = ("#4477AA", "#228833", "#EE6677")
 # Series that are no policy (traces, order statistics): Tol's colour-blind-safe bright palette.
 def _write_csv(df: pd.DataFrame, path: Path) -> list[Path]:
-    return [write_with(path, lambda tmp: df.to_csv(tmp, index=False, float_format=FLOAT_FORMAT,
-                                                   lineterminator="\n"))]
+    return [write_table(df, path)]
 
 
 def comm_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:

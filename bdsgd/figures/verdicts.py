@@ -9,7 +9,9 @@ replay). Its measure is the policy's value over the reference's, r:
   the distribution-free interval of order statistics (``stats.median_interval``) and its
   coverage;
 - throughput of one replay: sum c / sum d over the reference's on the same iterations, with
-  the batch-means interval over blocks of iterations (``stats.block_ratio_interval``).
+  the batch-means interval over blocks of iterations (``stats.block_ratio_interval``);
+- throughput over cluster draws (throughput.draws): r_d = R_d / R_ref,d per draw, the median
+  of the r_d with the interval of order statistics, as over seeds.
 
 The verdict reads the interval [lo, hi] of r, "better" being a shorter time or a higher
 throughput:
@@ -120,6 +122,23 @@ def throughput_verdicts(decisions: pd.DataFrame, pairs=None) -> pd.DataFrame:
                          "high": high, "coverage": CONFIDENCE,
                          "pairs": f"{len(own)} iterations",
                          "verdict": verdict(low, high, "higher", pairs="iterations")})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def draw_verdicts(draws: pd.DataFrame) -> pd.DataFrame:
+    """Per trace, each policy's throughput against its references', paired by cluster draw
+    (``inputs.load_draws``' rows): the median of the per-draw ratios with its interval."""
+    rows = []
+    for trace, sub in draws.groupby("trace"):
+        rates = sub.pivot(index="draw", columns="policy", values="gradients_per_s")
+        for policy, ref in _pairs(list(rates.columns), _strongest(rates.median(), "higher")):
+            ratios = (rates[policy] / rates[ref]).dropna()
+            ratio, low, high, coverage = median_interval(ratios, CONFIDENCE)
+            rows.append({"measure": "throughput over draws", "task": "", "trace": trace,
+                         "policy": policy, "reference": ref, "ratio": ratio, "low": low,
+                         "high": high, "coverage": coverage,
+                         "pairs": f"{len(ratios)} draw{'s' if len(ratios) != 1 else ''}",
+                         "verdict": verdict(low, high, "higher", coverage, pairs="draws")})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

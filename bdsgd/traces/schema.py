@@ -263,3 +263,18 @@ def from_arrays(runtimes: np.ndarray, meta: dict[str, Any] | None = None,
         meta=dict(meta or {}), **optional,
     )
     return from_frame(trace.to_frame(), (meta or {}).get("source", "<array>"), trace.meta)
+
+
+GOLDEN = (5 ** 0.5 - 1) / 2  # seeds' replay offsets on a recorded trace (replay_start)
+
+
+def replay_start(trace: Trace, seed: int) -> Trace:
+    """The cluster a convergence run or a throughput draw of ``seed`` replays. A simulated
+    trace's seeds each have a cluster drawn anew (``bdsgd.layout.cluster_draw``); a recorded
+    trace has one cluster, so seed s > 0 starts
+    its replay at the fraction frac(s / golden ratio) of it and wraps round (``Trace.rotated``):
+    offsets spread evenly over the trace whatever the number of seeds, so that an interval over
+    seeds covers the cluster's states as well as the initialisation."""
+    if trace.meta.get("source") == "simulate" or seed == 0:
+        return trace
+    return trace.rotated(round((seed * GOLDEN) % 1 * trace.n_iterations))

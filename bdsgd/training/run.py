@@ -28,26 +28,14 @@ from bdsgd.runtime_model.checkpoint import read_state
 from bdsgd.sgd import iterations_at_n, time_gradient
 from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import read_history, read_trace, require_complete, require_cutoff
-from bdsgd.traces.schema import Trace
+from bdsgd.traces.schema import replay_start
 
 logger = logging.getLogger(__name__)
-GOLDEN = (5 ** 0.5 - 1) / 2  # seeds' replay offsets on a recorded trace (replay_start)
 
 
 # What every training mode reads before its loop (``prepare``).
 RunSetup = collections.namedtuple(
     "RunSetup", "tc trace history data streams device target identity ckpt_path iterations")
-
-
-def replay_start(trace: Trace, seed: int) -> Trace:
-    """The cluster a run of ``seed`` replays. A simulated trace's seeds each have a cluster drawn
-    anew (``bdsgd.layout.cluster_draw``); a recorded trace has one cluster, so seed s > 0 starts
-    its replay at the fraction frac(s / golden ratio) of it and wraps round (``Trace.rotated``):
-    offsets spread evenly over the trace whatever the number of seeds, so that an interval over
-    seeds covers the cluster's states as well as the initialisation."""
-    if trace.meta.get("source") == "simulate" or seed == 0:
-        return trace
-    return trace.rotated(round((seed * GOLDEN) % 1 * trace.n_iterations))
 
 
 def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,

@@ -27,7 +27,7 @@ from bdsgd.plan import SECONDS_PER_SAMPLE, bill_device
 from bdsgd.preflight import check, pilot_traces
 from bdsgd.regime import refuse_ties
 from bdsgd.stages import STAGE_READS, slice_keys
-from bdsgd.figures import FIGURES as FIGURE_TABLE, figure_files
+from bdsgd.figures import DRAW_FIGURES as DRAW_FIGURE_TABLE, FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
 from bdsgd.traces import TRACE_FIGURES
 from bdsgd.policies import model_files, spec as policy_spec
@@ -129,6 +129,21 @@ def truth_input(trace, policies):
     if simulated(trace) and policy_needs(policies, "needs_truth"):
         return [PATHS.truth(trace, "test")]
     return []
+
+
+DRAWN = f"{{trace}}{DRAW}{{draw}}"  # a throughput draw's folder (rule throughput_draw)
+
+
+def drawn(wc):
+    """The trace a throughput draw replays: a simulated trace's cluster drawn for it, a recorded
+    trace itself (started elsewhere: bdsgd throughput --draw)."""
+    return CFG.cluster_of(wc.trace, int(wc.draw))
+
+
+def draw_targets():
+    """Every trace's replays on its cluster draws 1 .. throughput.draws - 1 (draw 0: throughput)."""
+    return [PATHS.throughput(DRAWN.format(trace=trace, draw=draw)) for trace in config["traces"]
+            for draw in range(1, config["throughput"]["draws"])]
 
 
 def throughput_policies():
@@ -249,6 +264,10 @@ def figure_outputs():
                           lambda category: "all traces" if category == "Traces" else None)
 
 
+def draw_figure_outputs():
+    return report_outputs(DRAW_FIGURE_TABLE, PATHS.figure, lambda category: None)
+
+
 def note_flag():
     """The trace figures' --note: the config's figure_note, quoted for the shell (none: no flag)."""
     note = config.get("figure_note")
@@ -269,8 +288,8 @@ def ablation_outputs():
 
 
 def figure_targets():
-    tables = [PATHS.figure(out) for file, _, _ in FIGURE_TABLE.values()
-              for out in figure_files(file)]
+    tables = [PATHS.figure(out) for table in (FIGURE_TABLE, DRAW_FIGURE_TABLE)
+              for file, _, _ in table.values() for out in figure_files(file)]
     per_trace = [PATHS.trace_figure(out) for trace in config["traces"]
                  for file, _, _ in TRACE_FIGURES.values()
                  for out in figure_files(file.format(trace=trace))]

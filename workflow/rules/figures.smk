@@ -31,6 +31,26 @@ rule figures:
         "bdsgd figures {params.results} --out {params.figures} > {log} 2>&1"
 
 
+# The throughput study over cluster draws (throughput.draws): from the throughput replays alone,
+# so a config without convergence runs draws it as its target (configs/throughput-158.yaml).
+rule throughput_study:
+    input:
+        throughput=expand(PATHS.throughput(), trace=config["traces"]),
+        draws=draw_targets(),
+        config=PATHS.config(),  # its figure_note
+    output:
+        **draw_figure_outputs(),
+    log:
+        PATHS.log("figures", "throughput_study"),
+    params:
+        results=lambda wc, input: Path(input.config).parent,
+        figures=lambda wc, output: Path(output.throughput_study).parent,
+    conda:
+        "../envs/bdsgd.yaml"
+    shell:
+        "bdsgd figures {params.results} --out {params.figures} --draws > {log} 2>&1"
+
+
 rule trace_figures:
     input:
         PATHS.trace(),
@@ -51,8 +71,8 @@ rule trace_figures:
 # The finished workflow's verdicts on the console: each policy against its references, paired
 # (bdsgd.figures.verdicts; the same table as verdicts.csv).
 onsuccess:
-    verdicts = Path(PATHS.figure(FIGURE_TABLE["verdicts"][0]))
-    if verdicts.exists():
-        from bdsgd.figures.verdicts import format_table, read_table
+    from bdsgd.figures.verdicts import format_table, read_table
 
-        print(format_table(read_table(verdicts)))
+    for verdicts in (FIGURE_TABLE["verdicts"][0], DRAW_FIGURE_TABLE["draw_verdicts"][0]):
+        if Path(PATHS.figure(verdicts)).exists():
+            print(format_table(read_table(PATHS.figure(verdicts))))
