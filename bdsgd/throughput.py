@@ -50,6 +50,7 @@ from bdsgd.errors import UserError
 from bdsgd.policies import RULES, is_known, spec
 from bdsgd.policies.base import Policy
 from bdsgd.policies.build import build_policy, load_inputs
+from bdsgd.stats import block_ratio_interval
 from bdsgd.traces.io import read_history, require_complete, require_cutoff
 from bdsgd.traces.schema import Trace
 
@@ -227,8 +228,10 @@ def comm_sweep(trace: Trace, cfg, cluster: VirtualCluster, policies: list[str], 
     """Every cutoff policy (under ``rule``) and the hindsight optimum, for each ratio of
     throughput.comm_ratios and each topology of ``SWEEP_TOPOLOGIES`` (a ring with ``cluster``'s
     late workers finishing is left out: it cannot run): one row each (ratio, topology, policy,
-    gradients_per_s, relative_to_oracle, relative_to_sync, mean_cutoff), rates in the trace's
-    units. ``replayed(name, rule, cluster)`` replays one policy on a cluster."""
+    gradients_per_s, relative_to_oracle, relative_to_sync, mean_cutoff, and sync_low, sync_high:
+    the interval of relative_to_sync, paired by iteration with sync's replay on the same network,
+    ``stats.block_ratio_interval``; the optimum's NaN), rates in the trace's units.
+    ``replayed(name, rule, cluster)`` replays one policy on a cluster."""
     n, m = trace.n_workers, float(np.median(trace.runtimes))
     sorted_x, rows = np.sort(trace.runtimes, axis=1), []
     topologies = [t for t in SWEEP_TOPOLOGIES if not (t == "ring" and cluster.late == "finish")]
@@ -238,16 +241,24 @@ def comm_sweep(trace: Trace, cfg, cluster: VirtualCluster, policies: list[str], 
             on = dataclasses.replace(cluster, network=net, compute=Compute())
             best, oracle = hindsight_optimum(sorted_x, net)
             sync = throughput(sorted_x, np.full(len(sorted_x), n), net)
-            rates = {"oracle": (oracle, float(best.mean()))}
+            runs = {name: replayed(name, rule_of(name, rule), on)
+                    for name in dict.fromkeys(["sync", *policies]) if name != "oracle"}
+            rows.append({"ratio": ratio, "topology": topology, "policy": "oracle",
+                         "gradients_per_s": oracle, "relative_to_oracle": 1.0,
+                         "relative_to_sync": oracle / sync, "mean_cutoff": float(best.mean()),
+                         "sync_low": np.nan, "sync_high": np.nan})
             for name in policies:
                 if name == "oracle":
                     continue
-                run = replayed(name, rule_of(name, rule), on)
-                rates[name] = (run.gradients_per_s, float(run.cutoffs.mean()))
-            rows += [{"ratio": ratio, "topology": topology, "policy": name,
-                      "gradients_per_s": rate, "relative_to_oracle": rate / oracle,
-                      "relative_to_sync": rate / sync, "mean_cutoff": c}
-                     for name, (rate, c) in rates.items()]
+                run = runs[name]
+                low, high = block_ratio_interval(run.cutoffs, run.durations, runs["sync"].cutoffs,
+                                                 runs["sync"].durations)
+                rows.append({"ratio": ratio, "topology": topology, "policy": name,
+                             "gradients_per_s": run.gradients_per_s,
+                             "relative_to_oracle": run.gradients_per_s / oracle,
+                             "relative_to_sync": run.gradients_per_s / sync,
+                             "mean_cutoff": float(run.cutoffs.mean()), "sync_low": low,
+                             "sync_high": high})
     return pd.DataFrame(rows)
 
 
@@ -256,17 +267,20 @@ def period_sweep(trace: Trace, periods, policies: list[str], cluster: VirtualClu
     """Each predictive policy of ``policies`` deciding every k iterations, for each k of
     ``periods``, and the best fixed cutoff in hindsight (``fixed``, oracle-fixed's replay, the
     same at every k): one row each (period, policy, gradients_per_s, relative_to_oracle,
-    mean_cutoff). ``at_period(name, k)`` replays one policy on ``cluster``."""
+    mean_cutoff, and fixed_ratio, fixed_low, fixed_high: its throughput over the fixed cutoff's
+    with the interval paired by iteration, ``stats.block_ratio_interval``). ``at_period(name,
+    k)`` replays one policy on ``cluster``."""
     _, oracle = cluster.optimum(trace.runtimes)
     rows = []
     for k in periods:
-        rates = {"oracle-fixed": (fixed.gradients_per_s, float(fixed.cutoffs.mean()))}
-        for name in policies:
-            run = at_period(name, k)
-            rates[name] = (run.gradients_per_s, float(run.cutoffs.mean()))
-        rows += [{"period": k, "policy": name, "gradients_per_s": rate,
-                  "relative_to_oracle": rate / oracle, "mean_cutoff": c}
-                 for name, (rate, c) in rates.items()]
+        for name, run in {"oracle-fixed": fixed, **{p: at_period(p, k) for p in policies}}.items():
+            low, high = block_ratio_interval(run.cutoffs, run.durations, fixed.cutoffs,
+                                             fixed.durations)
+            rows.append({"period": k, "policy": name, "gradients_per_s": run.gradients_per_s,
+                         "relative_to_oracle": run.gradients_per_s / oracle,
+                         "mean_cutoff": float(run.cutoffs.mean()),
+                         "fixed_ratio": run.gradients_per_s / fixed.gradients_per_s,
+                         "fixed_low": low, "fixed_high": high})
     return pd.DataFrame(rows)
 
 

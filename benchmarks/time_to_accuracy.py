@@ -9,7 +9,7 @@ bdsgd is also run with ``train.objective: progress`` (the cutoff that maximises 
 decrease per second from the measured gradient noise scale) as ``bdsgd-progress``.
 
 It prints, per trace and policy: the median virtual time to the target accuracy over seeds with
-a distribution-free interval of order statistics (``bdsgd.figures.stats.median_interval``: min
+a distribution-free interval of order statistics (``bdsgd.stats.median_interval``: min
 to max at five seeds, coverage 93.75 %; a seed that never reaches the target counts as
 infinitely slow), how many seeds reached it, the mean final accuracy, gradients per
 second and mean cutoff; and writes the table as CSV.
@@ -32,7 +32,7 @@ import pandas as pd
 import yaml
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
-from bdsgd.figures.stats import median_interval
+from bdsgd.stats import median_interval
 
 REPO = Path(__file__).resolve().parents[1]
 POLICIES = ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "explore-bdsgd", "oracle",

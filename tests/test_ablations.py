@@ -37,12 +37,17 @@ def test_policies_without_variants_are_left_out(results):  # noqa: F811 - the fi
     assert ablation_table(summary[~summary["policy"].str.contains("+", regex=False)]).empty
 
 
-def test_the_answer_states_the_measured_times(table):
-    answer = ablations_answer(table)
+def test_the_answer_states_the_measured_times_and_each_arms_verdict(table, results):  # noqa: F811
+    from bdsgd.figures.verdicts import time_verdicts
+
+    verdicts = time_verdicts(load_runs(results)[0])
+    answer = ablations_answer(table, verdicts)
     assert answer.startswith("On digits (4 workers, median of 2 seeds): ")
     assert "bdsgd+progress reaches 0.5 in 13.2 s (mean cutoff 2.50)" in answer
     assert "bdsgd+lr-none reaches 0.5 in 0 of 2 seeds only (median: never)" in answer
-    assert "no ablation" in ablations_answer(table.iloc[:0])
+    # each arm against its policy, paired by seed: two seeds decide nothing
+    assert "bdsgd+progress against bdsgd: too few seeds (ratio" in answer
+    assert "no ablation" in ablations_answer(table.iloc[:0], verdicts)
 
 
 def test_the_figure_has_one_mark_per_arm_in_its_policys_colour(table, tmp_path, monkeypatch):

@@ -33,11 +33,11 @@ from bdsgd.figures import (
 from bdsgd.figures.distributed import agreement, distributed_replay_answer, replay_job
 from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_distributed, load_overhead, load_period_sweep
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
-from bdsgd.figures.stats import block_ratio_interval, median_interval, time_to_target_stats
 from bdsgd.figures.verdicts import verdict_table
 from bdsgd.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
+from bdsgd.stats import block_ratio_interval, median_interval, time_to_target_stats
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 
@@ -159,11 +159,12 @@ def results(tmp_path_factory) -> Path:
         results / "throughput/sim/decisions.parquet")
     pd.DataFrame([{"period": k, "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.95 if p == "oracle-fixed" else 0.97 - 0.001 * k,
-                   "mean_cutoff": 3.0} for k in (1, 10) for p in ("bdsgd", "oracle-fixed")]
+                   "mean_cutoff": 3.0, "fixed_ratio": 1.02, "fixed_low": 1.01 if k == 1 else 0.99,
+                   "fixed_high": 1.03} for k in (1, 10) for p in ("bdsgd", "oracle-fixed")]
                  ).to_csv(results / "throughput/sim/period_sweep.csv", index=False)
     pd.DataFrame([{"ratio": ratio, "topology": topology, "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.9, "relative_to_sync": 1.1 - ratio / 10,
-                   "mean_cutoff": 3.0}
+                   "mean_cutoff": 3.0, "sync_low": 1.05 - ratio / 10, "sync_high": 1.15 - ratio / 10}
                   for ratio in (0.1, 1.0) for topology in ("ps", "sharded", "ring")
                   for p in ("sync", "bdsgd", "oracle")]).to_csv(
         results / "throughput/sim/comm_sweep.csv", index=False)
@@ -676,7 +677,9 @@ def test_period_sweep_lines_and_the_fixed_reference(results, monkeypatch, tmp_pa
     assert set(labels) == {"bdsgd", "oracle-fixed (c = 3)"}
     assert list(labels["bdsgd"].get_xdata()) == [1, 10] and _labelled(ax)
     answer = replay.period_sweep_answer(load_period_sweep(results))
-    assert "bdsgd goes from 0.969" in answer and "to 0.960 every 10" in answer
+    assert "bdsgd goes from 0.969 deciding every 1 iteration(s) (ahead against the fixed cutoff: " \
+           "ratio 1.02, 95% interval 1.01 to 1.03) to 0.960 deciding every 10 iteration(s) " \
+           "(too few iterations against the fixed cutoff" in answer
     assert "best fixed cutoff in hindsight reaches 0.950" in answer
     render.plt.close(fig)
 

@@ -90,7 +90,8 @@ def test_the_figures_and_answers_state_what_was_measured(tmp_path):
     answer = replay_ablations.censoring_answer(table)
     assert "-30%" in answer and "0.500 of the hindsight optimum against 0.900" in answer
     # finishing halves the duration: twice the later half's throughput
-    assert "2.000x the throughput, forecast error 0.100" in replay_ablations.data_value_answer(table)
+    assert ("2.000x the throughput, ahead against bdsgd-model (ratio 2, 95% interval 2 to 2), "
+            "forecast error 0.100") in replay_ablations.data_value_answer(table)
     for ablation in ("censoring", "data"):
         path = tmp_path / f"{ablation}.png"
         replay_ablations.draw(table, ablation, path, lambda trace: "s", policy_style)

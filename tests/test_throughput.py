@@ -213,6 +213,11 @@ def test_the_communication_sweep(tmp_path):
     assert sweep[sweep["policy"] == "sync"]["relative_to_sync"].tolist() == pytest.approx([1.0] * 6)
     gain = oracle["relative_to_sync"]
     assert gain[10.0, "ps"] < 1.1 < gain[0.01, "ps"] and gain[10.0, "ps"] < gain[10.0, "ring"]
+    # each policy's gain over sync with its interval, paired by iteration on the same network
+    policies = sweep[sweep["policy"] != "oracle"]
+    assert (policies["sync_low"] <= policies["relative_to_sync"]).all()
+    assert (policies["relative_to_sync"] <= policies["sync_high"]).all()
+    assert sweep[sweep["policy"] == "oracle"]["sync_low"].isna().all()
 
 
 def test_a_ring_has_no_server_for_the_async_reference(tmp_path):
@@ -234,7 +239,9 @@ def test_period_sweep_and_the_replay_measures(tmp_path):
                            comm_s=0.1, period_out=tmp_path / "p.csv")
     sweep = pd.read_csv(tmp_path / "p.csv")
     assert list(sweep.columns) == ["period", "policy", "gradients_per_s", "relative_to_oracle",
-                                   "mean_cutoff"]
+                                   "mean_cutoff", "fixed_ratio", "fixed_low", "fixed_high"]
+    fixed = sweep[sweep["policy"] == "oracle-fixed"]  # against itself: 1, an interval of width 0
+    assert (fixed["fixed_ratio"] == 1).all() and (fixed["fixed_low"] == fixed["fixed_high"]).all()
     assert set(zip(sweep.period, sweep.policy, strict=True)) == {
         (1, "ecdf"), (4, "ecdf"), (1, "oracle-fixed"), (4, "oracle-fixed")}
     table = result["policies"]

@@ -118,7 +118,7 @@ def test_a_question_of_its_own_states_its_pairs_and_the_table_prefers_it():
 
 
 def test_mlperf_mean_drops_the_fastest_and_the_slowest():
-    from bdsgd.figures.stats import mlperf_mean
+    from bdsgd.stats import mlperf_mean
 
     assert mlperf_mean([5.0, 1.0, 3.0, 100.0]) == 4.0
     assert np.isnan(mlperf_mean([1.0, 2.0]))
@@ -138,9 +138,14 @@ def test_the_why_answers_state_the_mechanism():
     assert "bdsgd-paper changes its cutoff on 100% of iterations, and its iterations at c = 8 " \
            "last 7.0x as long as the rest" in answer
     sweep = pd.DataFrame([{"trace": "t", "topology": "ps", "policy": p, "ratio": r,
-                           "relative_to_sync": gain} for r, gain in ((0.1, 2.0), (10.0, 1.01))
-                          for p in ("oracle", "static")])
-    assert "falls (t, ps: 2.00x at rho = 0.1 to 1.01x at rho = 10)" in render.comm_sweep_answer(sweep)
+                           "relative_to_sync": gain, "sync_low": gain - 0.02,
+                           "sync_high": gain + 0.02}
+                          for r, gain in ((0.1, 2.0), (10.0, 1.01)) for p in ("oracle", "static")])
+    answer = render.comm_sweep_answer(sweep)
+    assert "falls (t, ps: 2.00x at rho = 0.1 to 1.01x at rho = 10)" in answer
+    # at rho = 10 static's interval holds 1: the largest rho where it is ahead is 0.1
+    assert "t, ps: static still ahead of sync at rho = 0.1 (2.00x, 95% interval 1.98 to 2.02)" \
+        in answer
 
 
 def draws(**factors) -> pd.DataFrame:

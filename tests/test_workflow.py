@@ -173,7 +173,8 @@ UPSTREAM = {"simulate_trace", "import_trace", "gather_trace", "split_trace",
 @pytest.mark.parametrize("change", ["none", "seed", "wandb.mode", "train.learning_rate"])
 def test_a_change_reruns_only_what_reads_it(tiny_dag, tmp_path, change):
     """One more seed adds its runs, on the cluster drawn for it (simulated, split and modelled
-    already: the throughput study's draw 1), and redraws the figures; a new train: key reruns the pilot and the convergence runs; a new wandb.mode reruns
+    already: the throughput study's draw 1), and redraws the figures; a new train: key reruns
+    the pilot and the convergence runs; a new wandb.mode reruns
     the stages that log to W&B (model training and the convergence runs) and what reads their
     outputs. None touches an existing trace (each stage reads its own config file,
     results/<exp>/config/<rule>/<name>.yaml)."""

@@ -4,7 +4,7 @@ the learning rate's scaling with the accepted batch), as a table (``ablation_tab
 (``ablations``) and the answer they give in words (``ablations_answer``).
 
 Per arm: the time to target's median over seeds with its distribution-free interval
-(``bdsgd.figures.stats.time_to_target_stats``; a seed that never reached the target counts as
+(``bdsgd.stats.time_to_target_stats``; a seed that never reached the target counts as
 infinitely slow), and the mean cutoff: the mean over seeds of each run's mean over iterations,
 with the seeds' min and max.
 """
@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from bdsgd.figures import VARIANT_SEP
-from bdsgd.figures.stats import time_to_target_stats
+from bdsgd.figures.verdicts import phrases
 from bdsgd.plotting import save_figure
+from bdsgd.stats import time_to_target_stats
 
 KEYS = ["task", "trace", "policy"]
 ABLATION_COLUMNS = ["task", "trace", "policy", "base", "variant", "seeds", "reached",
@@ -52,9 +53,10 @@ def _seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 1000 else f"{value:.0f} s"
 
 
-def ablations_answer(table: pd.DataFrame) -> str:
+def ablations_answer(table: pd.DataFrame, verdicts: pd.DataFrame) -> str:
     """The measured answer in words: per task, trace and ablated policy, the median time to
-    target and the mean cutoff of the plain policy and of each of its variants."""
+    target and the mean cutoff of the plain policy and of each of its variants, and each
+    variant's verdict against it (``verdicts.verdict_table``'s rows)."""
     if table.empty:
         return ("This experiment runs no policy variants (<policy>+<variant> in train.policies): "
                 "no ablation to report.")
@@ -67,8 +69,13 @@ def ablations_answer(table: pd.DataFrame) -> str:
                     f"in {arm.reached} of {arm.seeds} seeds only (median: never)") +
                 f" (mean cutoff {arm.mean_cutoff:.2f})" for arm in arms.itertuples()]
         where = f"{task} on {trace}" if trace else task
+        paired = verdicts[(verdicts["measure"] == "time to target") & (verdicts["task"] == task)
+                          & (verdicts["trace"] == trace)
+                          & verdicts["policy"].isin(arms["policy"][arms["variant"] != ""])
+                          & (verdicts["reference"] == first.base)]
         sentences.append(f"On {where} ({int(first.n_workers)} workers, median of "
-                         f"{int(arms['seeds'].max())} seeds): " + "; ".join(said) + ".")
+                         f"{int(arms['seeds'].max())} seeds): " + "; ".join(said) + ". "
+                         + phrases(paired))
     return " ".join(sentences)
 
 

@@ -16,9 +16,9 @@ from matplotlib.ticker import MaxNLocator
 from bdsgd.cluster.schedules import MODES
 from bdsgd.figures.common import bar_style as _bar_style
 from bdsgd.figures.common import policy_colour, policy_style
-from bdsgd.figures.stats import time_to_target_stats
 from bdsgd.figures.verdicts import BDSGDS, phrases
 from bdsgd.plotting import save_figure, unit_label
+from bdsgd.stats import time_to_target_stats
 
 BAND_POINTS = 200  # grid points a curve over seeds is interpolated onto
 

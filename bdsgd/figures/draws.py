@@ -24,10 +24,10 @@ import pandas as pd
 from bdsgd.figures import DRAW_FIGURES
 from bdsgd.figures.common import marker, policy_colour
 from bdsgd.figures.inputs import load_draws, load_note
-from bdsgd.figures.stats import median_interval
 from bdsgd.figures.verdicts import BDSGDS, CONFIDENCE, draw_verdicts, phrases
 from bdsgd.io import write_table, write_with
 from bdsgd.plotting import figure_note, save_figure
+from bdsgd.stats import median_interval
 
 SUMMARY_COLUMNS = ["trace", "policy", "draws", "n_workers", "comm_to_compute", "median", "low",
                    "high", "coverage"]

@@ -34,7 +34,8 @@ THROUGHPUT_COLUMNS = ["trace", "policy", "rule", "gradients_per_s", "relative_to
                       "mean_cutoff", "cutoff_std", "iteration_rate_cv", "cutoff_cv",
                       "idle_fraction", "wasted_fraction"]
 COMM_SWEEP_COLUMNS = ["trace", "ratio", "topology", "policy", "gradients_per_s",
-                      "relative_to_oracle", "relative_to_sync", "mean_cutoff"]
+                      "relative_to_oracle", "relative_to_sync", "mean_cutoff", "sync_low",
+                      "sync_high"]
 # Metrics columns that older runs do not have: read as NaN (unavailable) there.
 OPTIONAL_METRICS = ("gradients", "staleness")
 # What the figures draw from each kind of table.
@@ -42,7 +43,7 @@ METRICS = ("iteration", "virtual_time_s", "cutoff", "train_loss", "test_accuracy
 DECISIONS = ("policy", "iteration", "cutoff", "duration_s")
 ABLATED = ("forecast_s", "realised_s")  # and, of an ablation's decisions
 PERIOD_SWEEP_COLUMNS = ["trace", "period", "policy", "gradients_per_s", "relative_to_oracle",
-                        "mean_cutoff"]
+                        "mean_cutoff", "fixed_ratio", "fixed_low", "fixed_high"]
 # Per policy and trace: the decision latencies (wall-clock, kept out of the tables), the
 # iteration they are measured against (seconds where the replay's cluster had seconds:
 # ``bdsgd.cluster.compute``) and the workers.

@@ -24,9 +24,9 @@ import pandas as pd
 from bdsgd.cluster.schedules import MODES
 from bdsgd.figures.common import bar_style as _bar_style
 from bdsgd.figures.common import marker, policy_colour, policy_style
-from bdsgd.figures.stats import BLOCKS, block_ratio_interval
-from bdsgd.figures.verdicts import BDSGDS, phrases
+from bdsgd.figures.verdicts import BDSGDS, CONFIDENCE, phrases, verdict
 from bdsgd.plotting import save_figure
+from bdsgd.stats import BLOCKS, block_ratio_interval
 
 WINDOW = 20  # iterations of a rolling window (as cutoff_over_time's)
 COLUMNS = 4  # panels per row of a small-multiples figure
@@ -314,18 +314,26 @@ def period_sweep(sweep: pd.DataFrame, path: Path) -> list[Path]:
 
 def period_sweep_answer(sweep: pd.DataFrame) -> str:
     """Per trace and policy: throughput over the oracle's at the shortest and the longest
-    period, against the best fixed cutoff's."""
+    period, and at each its verdict against the best fixed cutoff in hindsight (paired by
+    iteration)."""
     parts = []
     for trace, sub in sweep.groupby("trace"):
         fixed = sub.loc[sub["policy"] == "oracle-fixed", "relative_to_oracle"]
         policies = sub[sub["policy"] != "oracle-fixed"].sort_values("period")
-        said = [f"{p} goes from {g['relative_to_oracle'].iloc[0]:.3f} deciding every "
-                f"{g['period'].iloc[0]} iteration(s) to {g['relative_to_oracle'].iloc[-1]:.3f} "
-                f"every {g['period'].iloc[-1]}" for p, g in policies.groupby("policy")]
+        said = [f"{p} goes from {_against_fixed(g.iloc[0])} to {_against_fixed(g.iloc[-1])}"
+                for p, g in policies.groupby("policy")]
         if len(fixed):
             said.append(f"the best fixed cutoff in hindsight reaches {fixed.iloc[0]:.3f}")
         parts.append(f"On {trace}, " + "; ".join(said) + ".")
     return " ".join(parts)
+
+
+def _against_fixed(row) -> str:
+    """A period's throughput, and its verdict against the best fixed cutoff's."""
+    word = verdict(row["fixed_low"], row["fixed_high"], "higher", pairs="iterations")
+    return (f"{row['relative_to_oracle']:.3f} deciding every {row['period']} iteration(s) "
+            f"({word} against the fixed cutoff: ratio {row['fixed_ratio']:.3g}, "
+            f"{CONFIDENCE:.0%} interval {row['fixed_low']:.3g} to {row['fixed_high']:.3g})")
 
 
 def iteration_seconds(overhead: pd.DataFrame) -> pd.Series:

@@ -5,7 +5,9 @@ Each arm is one replay of the trace's test part (``bdsgd throughput``'s table an
 The forecast is the policy's own, when it chose: f_t = E[x_(c_t)], scored against the realised
 x_t,(c_t) as log(f_t / x_t,(c_t)) (bias: its mean, error: the mean of its absolute value). The
 data a policy buys can only pay after it is bought: the later half of the replay is scored
-apart (throughput, forecast error), against the first arm of the same trace.
+apart (throughput, forecast error), against the first arm of the same trace. Each arm's
+throughput against the first arm's (censoring: the whole replay; data: its later half) is paired
+by iteration (``verdicts.throughput_verdicts``' interval and verdict).
 """
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from bdsgd.figures.verdicts import CONFIDENCE, verdict
+from bdsgd.stats import block_ratio_interval
+
 COLUMNS = ["trace", "ablation", "arm", "policy", "relative_to_oracle", "mean_cutoff",
-           "forecast_bias", "forecast_error", "later_gradients_per_s", "later_forecast_error"]
+           "forecast_bias", "forecast_error", "later_gradients_per_s", "later_forecast_error",
+           "ratio", "low", "high", "verdict"]
 
 
 def _scores(decisions: pd.DataFrame) -> dict:
@@ -36,14 +42,30 @@ def _scores(decisions: pd.DataFrame) -> dict:
 def ablation_table(arms: list[tuple[str, str, str, dict, pd.DataFrame]]) -> pd.DataFrame:
     """One row per (trace, ablation, arm, policy) from ``inputs.load_replay_ablations``' arms:
     (trace, ablation, arm, the replay's policies table, its decisions)."""
-    rows = []
+    rows, first = [], {}
     for trace, ablation, arm, table, decisions in arms:
         for policy, entry in table.items():
+            own = decisions[decisions["policy"] == policy].sort_values("iteration")
+            if ablation == "data":  # what the data buys pays only after it is bought
+                own = own.iloc[len(own) // 2:]
+            ref = first.setdefault((trace, ablation), own)
+            ratio = (own["cutoff"].sum() / own["duration_s"].sum()) / (
+                ref["cutoff"].sum() / ref["duration_s"].sum())
+            low, high = block_ratio_interval(own["cutoff"], own["duration_s"], ref["cutoff"],
+                                             ref["duration_s"])
             rows.append({"trace": trace, "ablation": ablation, "arm": arm, "policy": policy,
                          "relative_to_oracle": entry["relative_to_oracle"],
                          "mean_cutoff": entry["mean_cutoff"],
-                         **_scores(decisions[decisions["policy"] == policy])})
+                         **_scores(decisions[decisions["policy"] == policy]), "ratio": ratio,
+                         "low": low, "high": high,
+                         "verdict": verdict(low, high, "higher", pairs="iterations")})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _versus(row, first) -> str:
+    """An arm's throughput against the first arm's, as ``verdicts.phrase`` states it."""
+    return (f"{row.verdict} against {first} (ratio {row.ratio:.3g}, {CONFIDENCE:.0%} interval "
+            f"{row.low:.3g} to {row.high:.3g})")
 
 
 def _label(row) -> str:
@@ -116,14 +138,16 @@ def _censoring_sentence(trace: str, rows: pd.DataFrame) -> str:
             f"time {np.expm1(imp.forecast_bias):+.0%} off (likelihood: "
             f"{np.expm1(lik.forecast_bias):+.0%}), waits for {imp.mean_cutoff:.2f} workers on "
             f"average against {lik.mean_cutoff:.2f}, and reaches {imp.relative_to_oracle:.3f} "
-            f"of the hindsight optimum against {lik.relative_to_oracle:.3f}.")
+            f"of the hindsight optimum against {lik.relative_to_oracle:.3f}: imputing is "
+            f"{_versus(imp, 'the likelihood')}.")
 
 
 def _data_sentence(trace: str, rows: pd.DataFrame) -> str:
     base = rows.iloc[0]
     others = [f"{r.policy} with late workers {r.arm}ing: "
               f"{r.later_gradients_per_s / base.later_gradients_per_s:.3f}x the throughput, "
-              f"forecast error {r.later_forecast_error:.3f}" for r in rows.iloc[1:].itertuples()]
+              f"{_versus(r, base.policy)}, forecast error {r.later_forecast_error:.3f}"
+              for r in rows.iloc[1:].itertuples()]
     return (f"On {trace}, in the replay's later half, against {base.policy} with late workers "
             f"{base.arm}ing (forecast error {base.later_forecast_error:.3f}): "
             + "; ".join(others) + ".")

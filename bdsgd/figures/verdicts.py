@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bdsgd.figures.stats import block_ratio_interval, median_interval
+from bdsgd.figures import VARIANT_SEP
+from bdsgd.stats import block_ratio_interval, median_interval
 
 LEVEL = 0.01  # a ratio within 1 % of 1 is level (docs/decisions.md)
 CONFIDENCE = 0.95  # the coverage an interval needs for any verdict but "too few seeds"
@@ -79,10 +80,13 @@ def _strongest(values: pd.Series, better: str) -> str | None:
 
 
 def _pairs(policies, strongest: str | None):
-    """(policy, reference) for every compared policy and each of its references present."""
+    """(policy, reference) for every compared policy and each of its references present; an
+    ablation arm <policy>+<variant> against its policy too."""
     references = [r for r in (*REFERENCES, strongest) if r in policies]
     compared = [p for p in policies if not p.startswith(("oracle", "bayes"))]
-    return [(p, r) for p in compared for r in dict.fromkeys(references) if p != r]
+    return [(p, r) for p in compared
+            for r in dict.fromkeys([*references, p.partition(VARIANT_SEP)[0]])
+            if p != r and r in policies]
 
 
 def time_verdicts(summary: pd.DataFrame) -> pd.DataFrame:

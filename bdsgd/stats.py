@@ -1,7 +1,7 @@
-"""The statistics the figures and tables report: over seeds, a median time to target and a
+"""The statistics the results report: over seeds, a median time to target and a
 distribution-free interval for it, and MLPerf's trimmed mean; over one replay's iterations, a
 batch-means interval for a throughput ratio. Plain numpy, scipy and pandas (no plotting), so
-benchmarks use them too.
+that the replay's sweeps, the figures and the benchmarks share them.
 """
 
 from __future__ import annotations
