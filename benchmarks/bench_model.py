@@ -6,7 +6,7 @@ joint predictive draws sorted into E[x_(c)] (``expected_order_stats``), and the 
 averaged, also the simple predictors' updates and forecasts and the scores of their last ones.
 Every ``policies.online_every`` iterations the model's step of learning while serving is timed
 apart (``idle ms``: its cost per iteration), as the parameter server takes it while the workers
-compute (``use_idle_time``); a replay takes it in the decision, which adds it to the mean.
+compute (``Policy.idle``); a replay takes it in the decision, which adds it to the mean.
 Targets: p50 <= 1 ms at 158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the
 node-shared jump regime). Each n is timed eager and with the filtering step compiled
 (``policies.compile``; the compile time, once per process, is printed apart). For scale, the
@@ -29,7 +29,6 @@ from results_md import add_option, recorded  # a sibling module: benchmarks/ is 
 
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import from_dict
-from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import make_policy
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.train import elbo_term, run_epoch
@@ -58,7 +57,7 @@ def decision_latency(policy: str, n: int, iterations: int,
         chosen.observe(obs)
         c = chosen.choose()
         decided = time.perf_counter()
-        use_idle_time(chosen)  # while the workers compute
+        chosen.idle()  # while the workers compute
         times.append(decided - start)
         idle.append(time.perf_counter() - decided)
     return np.array(times[10:]), times[0], float(np.mean(idle[10:]))  # the first few warm up

@@ -21,6 +21,7 @@ second and mean cutoff; and writes the table as CSV.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -32,6 +33,7 @@ import pandas as pd
 import yaml
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
+from bdsgd.layout import ANY, Layout
 from bdsgd.stats import median_interval
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,16 +75,15 @@ def run_dag(cfg: dict, out: Path, cores: int) -> Path:
     """The DAG's convergence runs of ``cfg`` (only those: no figures); results/<experiment>."""
     path = out / f"{cfg['experiment']}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    results = f"results/{cfg['experiment']}"
-    trace = cfg["train"]["trace"]
-    targets = [f"{results}/runs/{trace}/digits/{p}/seed{s}/result.json"
+    layout = Layout.of(cfg["experiment"])
+    targets = [layout.run("result.json", cfg["train"]["trace"], "digits", p, s)
                for p in cfg["train"]["policies"] for s in cfg["train"]["seeds"]]
     with open(out / f"{cfg['experiment']}.log", "w") as log:
         subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
                         "--configfile", str(path), "--cores", str(cores), "--rerun-incomplete",
                         "--keep-going", *targets], cwd=out, check=True, stdout=log, stderr=subprocess.STDOUT,
                        env=ENV)
-    return out / results
+    return out / layout.results
 
 
 def run_progress(cfg: dict, results: Path, out: Path) -> None:
@@ -90,29 +91,29 @@ def run_progress(cfg: dict, results: Path, out: Path) -> None:
     cfg = {**cfg, "train": {**cfg["train"], "objective": "progress"}}
     path = out / f"{cfg['experiment']}-progress.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    trace = results / "traces" / cfg["train"]["trace"]
+    layout, trace = Layout(str(results)), cfg["train"]["trace"]
     for seed in cfg["train"]["seeds"]:
-        run = results / "runs" / cfg["train"]["trace"] / "digits/bdsgd-progress" / f"seed{seed}"
+        run = Path(layout.run_dir(trace, "digits", "bdsgd-progress", seed))
         if (run / "result.json").exists():
             continue
         subprocess.run([sys.executable, "-m", "bdsgd", "train", "--config", str(path),
                         "--task", "digits", "--policy", "bdsgd", "--seed", str(seed),
-                        "--trace", str(trace / "test.parquet"),
-                        "--history", str(trace / "train.parquet"),
-                        "--model", str(results / "models" / cfg["train"]["trace"] / "model.pt"),
-                        "--out", str(run)], check=True, stdout=subprocess.DEVNULL, env=ENV)
+                        "--trace", layout.trace(trace, "test"),
+                        "--history", layout.trace(trace, "train"),
+                        "--model", layout.model(trace), "--out", str(run)],
+                       check=True, stdout=subprocess.DEVNULL, env=ENV)
 
 
 def table(results: Path, trace: str, label: str) -> pd.DataFrame:
     """A row per policy of ``trace``'s runs, named ``label`` in the table."""
-    rows = []
-    for policy_dir in sorted((results / "runs" / trace / "digits").iterdir()):
-        runs = [json.loads(p.read_text())["summary"]
-                for p in sorted(policy_dir.glob("seed*/result.json"))]
+    rows, layout = [], Layout(str(results))
+    found = layout.find(layout.run("result.json", trace, "digits", ANY, ANY))
+    for policy, paths in itertools.groupby(found, key=lambda p: p.parent.parent.name):
+        runs = [json.loads(p.read_text())["summary"] for p in paths]
         tta = np.array([np.inf if r["time_to_target_s"] is None else r["time_to_target_s"]
                         for r in runs])
         median, low, high, coverage = median_interval(tta)
-        rows.append({"trace": label, "policy": policy_dir.name, "seeds": len(runs),
+        rows.append({"trace": label, "policy": policy, "seeds": len(runs),
                      "reached": int(np.isfinite(tta).sum()), "median_time_to_target_s": median,
                      "low": low, "high": high, "coverage": coverage,
                      "final_accuracy": np.mean([r["final_accuracy"] for r in runs]),

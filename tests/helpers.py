@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bdsgd.policies.base import Predictor
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests/data"
 
@@ -212,7 +214,7 @@ def interrupted_then_resumed(monkeypatch, run, out: Path) -> Path:
 
 
 # -------------------------------------------------------------------------- test doubles
-class LastIteration:
+class LastIteration(Predictor):
     """Test double of the run-time model's predictor: last iteration's order statistics, with
     the censored workers put at the cutoff time."""
 

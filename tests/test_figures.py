@@ -70,8 +70,8 @@ def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.D
 
 
 def _write_run(results: Path, policy: str, seed: int, reach: int | None, new_style: bool):
-    # an old results folder: runs/<task>/..., without a trace
-    run = results / f"runs/{'sim/' if new_style else ''}digits/{policy}/seed{seed}"
+    # an old result names no trace, and its metrics have no gradients or staleness
+    run = results / f"runs/sim/digits/{policy}/seed{seed}"
     run.mkdir(parents=True)
     metrics = _metrics(policy, seed, reach, new_style)
     metrics.to_parquet(run / "metrics.parquet", index=False)

@@ -21,3 +21,26 @@ def test_no_module_is_over_the_line_limit():
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "bdsgd").rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by role): {long}"
+
+
+def test_a_policys_hooks_are_methods_not_probes():
+    """Every optional hook is a method of ``bdsgd.policies.base.Policy`` (or ``Predictor``), so
+    that no caller asks whether a policy has one."""
+    import re
+
+    probe = re.compile(r"(getattr|hasattr)\((self\.)?(policy|inner|predictor|component|chosen)\b")
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "bdsgd").rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if probe.search(line)]
+    assert found == []
+
+
+def test_results_paths_come_from_the_layout_only():
+    """No results path is formatted outside ``bdsgd.layout`` (and the workflow, which takes its
+    paths from it): no 'throughput.json', 'result.json' or 'seed{' in a path literal elsewhere."""
+    import re
+
+    literal = re.compile(r"""["'][^"']*(/seed\{|/throughput\.json|runs/|/draw\{)[^"']*["']""")
+    found = [f"{p.relative_to(ROOT)}:{i}" for folder in ("bdsgd", "benchmarks")
+             for p in (ROOT / folder).rglob("*.py") if p.name != "layout.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
+    assert found == []

@@ -12,7 +12,6 @@ import torch
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import SimulateConfig, default_config
 from bdsgd.policies.averaging import log_score
-from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import make_policy
 from bdsgd.policies.model_predictor import ModelPredictor
 from bdsgd.runtime_model.checkpoint import load_model
@@ -85,7 +84,7 @@ def test_serving_and_learning_is_the_same_on_every_run(calm_model):
 
 
 def test_a_step_taken_while_the_server_waits_is_the_same_step(calm_model):
-    """bdsgd as built for a server, asked to use its idle time (``use_idle_time``, as the
+    """bdsgd as built for a server, asked to use its idle time (``Policy.idle``, as the
     parameter server does once it has sent the parameters) in some iterations: it takes the
     period's step there instead of in the decision at the period's end, and decides as one
     never asked."""
@@ -102,7 +101,7 @@ def test_a_step_taken_while_the_server_waits_is_the_same_step(calm_model):
         c = plain.choose()
         assert waiting.choose() == c
         if t % 3:  # idle time in two iterations of three
-            use_idle_time(waiting)
+            waiting.idle()
         plain.observe(observation(t, row, c, 0.0))
         waiting.observe(observation(t, row, c, 0.0))
     assert fit.steps > 10

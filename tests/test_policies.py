@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bdsgd.cluster.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum, observation, throughput
 from bdsgd.cluster.server import replay
 from bdsgd.config import default_config
-from bdsgd.policies.base import PredictivePolicy, decide
+from bdsgd.policies.base import Policy, PredictivePolicy, decide
 from bdsgd.policies.baselines import Scripted
 from bdsgd.policies.build import make_policy, warm_up
 from bdsgd.policies.periodic import Periodic
@@ -120,7 +120,7 @@ def poison(x, cutoffs):
     return out
 
 
-class Peeker:
+class Peeker(Policy):
     """A cheating policy that reads the whole trace: what the poisoned test must catch."""
 
     name = "peeker"

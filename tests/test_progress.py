@@ -7,7 +7,7 @@ import pytest
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import default_config, from_dict
 from bdsgd.errors import UserError
-from bdsgd.policies.base import PredictivePolicy, decide
+from bdsgd.policies.base import PredictivePolicy, Predictor, decide
 from bdsgd.policies.build import make_policy
 from bdsgd.policies.progress import GradientNoise, worth
 from tests.helpers import tiny_config
@@ -25,7 +25,7 @@ def decide_before(expected, rule, rate, comm_s=0.0, min_gain=0.0):
     return int(np.argmax(score)) + 1
 
 
-class Fixed:
+class Fixed(Predictor):
     """Test double of a predictor: the same expected order statistics every iteration."""
 
     def __init__(self, expected):
@@ -229,9 +229,9 @@ def test_make_policy_passes_the_objective_through_explore():
     plain = make_policy("ecdf", 4, CFG)
     feed(plain, trace=64.0, sq_norm=2.0)  # a no-op under throughput
     assert plain.objective == "throughput" and plain.noise_scale is None
-    # the policies without a forecast have no observe_gradients: the trainer asks getattr
-    assert getattr(make_policy("sync", 4, CFG, objective="progress"), "observe_gradients",
-                   None) is None
+    # the trainer measures gradient statistics only for a policy that learns from them
+    assert policy.measures_noise and not plain.measures_noise
+    assert not make_policy("sync", 4, CFG, objective="progress").measures_noise
     with pytest.raises(ValueError, match="objective"):
         make_policy("ecdf", 4, CFG, objective="loss")
     with pytest.raises(ValueError, match="objective"):

@@ -7,6 +7,7 @@ import bdsgd.cluster.server as loop
 from bdsgd.cluster.clock import SyncClock
 from bdsgd.cluster.cutoff import observation
 from bdsgd.cluster.server import Server, catch_up
+from bdsgd.policies.base import Policy
 
 
 class FakeClock:
@@ -22,7 +23,7 @@ class FakeClock:
         self.ns += int(seconds * 1e9)
 
 
-class Slow:
+class Slow(Policy):
     """A policy whose choose takes 0.5 s and observe 0.25 s on the fake clock."""
 
     name = "slow"

@@ -41,6 +41,8 @@ class Policy(Protocol):
 
     def observe(self, obs: Observation) -> None: ...
 
+    def forecast(self, c: int) -> float: ...
+
 
 @dataclass(frozen=True)
 class Step:
@@ -62,7 +64,7 @@ class Server:
         """``forecasts``: record, untimed, what a predictive policy expected its cutoff time
         to be (its ``forecast(c)``), to score the forecast against what happened."""
         self.policy, self.n = policy, n_workers
-        self.forecast = getattr(policy, "forecast", None) if forecasts else None
+        self.forecast = policy.forecast if forecasts else None
 
     def step(self, run: Callable[[int], Observation]) -> Step:
         """Decide c, run the iteration with cutoff c (``run(c)``), let the policy observe it."""

@@ -37,7 +37,6 @@ from bdsgd.cluster.server import Server, replay_runtimes
 from bdsgd.config import Config
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
 from bdsgd.io import write_json, write_with
-from bdsgd.policies.base import use_idle_time
 from bdsgd.policies.build import build_policy, load_inputs
 from bdsgd.provenance import stamp
 from bdsgd.sgd import apply_gradient, evaluate, rate_at_n, step_lr
@@ -204,7 +203,7 @@ class ParameterServer:
         # abandon: the busy ones drop their work
         self._send([rank for rank in sorted(self.live) if rank not in self.busy or late], t)
         # the workers compute: the policy's deferred work goes here, off the decision's path
-        use_idle_time(self.policy)
+        self.policy.idle()
         rnd = Round(t, min(c, len(self.live)))
         total = None  # the accepted gradients' sum, padding included, in the first one's buffer
         arrived = {}  # accepted worker -> its gradient's arrival, from the iteration's start

@@ -151,9 +151,7 @@ def load_runs(results_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     trace ""."""
     rows, metrics = [], []
     layout = Layout(str(results_dir))
-    # and those of a results folder written before runs had a trace (runs/<task>/<policy>/seed<k>)
-    runs = (layout.find(layout.run("result.json", ANY, ANY, ANY, ANY))
-            + layout.find(f"{layout.results}/runs/*/*/seed*/result.json"))
+    runs = layout.find(layout.run("result.json", ANY, ANY, ANY, ANY))
     for result in need(runs, results_dir, "runs"):
         summary = {"trace": "", **_summary(result)}
         rows.append({k: summary.get(k) for k in SUMMARY_COLUMNS})

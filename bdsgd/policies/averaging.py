@@ -45,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from bdsgd.cluster.cutoff import Observation
-from bdsgd.policies.base import use_idle_time
+from bdsgd.policies.base import Predictor
 
 
 def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float:
@@ -59,7 +59,7 @@ def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float:
     return float(-np.mean(ratio - np.log(ratio) - 1) / scale**2)
 
 
-class Averaged:
+class Averaged(Predictor):
     """Components' forecasts weighted by their recent scores (above).
 
     ``components`` maps a name to a ``Predictor``. A component that cannot predict yet is left
@@ -98,7 +98,7 @@ class Averaged:
 
     def idle(self) -> None:
         for component in self.components.values():
-            use_idle_time(component)
+            component.idle()
 
     def expected_order_stats(self) -> np.ndarray | None:
         ready = {k: e for k, c in self.components.items()

@@ -13,8 +13,6 @@ predictors and rules combine freely.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
 from bdsgd.cluster.cutoff import Observation
@@ -34,34 +32,85 @@ def draw_count(samples: int, n_workers: int) -> int:
     return max(samples, -(-DRAW_BUDGET // n_workers))
 
 
-def use_idle_time(obj) -> None:
-    """Let a policy, or a predictor, do now the work it defers to a moment when the server waits
-    for gradients (learning while serving's step, ``OnlineFit.idle``), where it defers any."""
-    idle = getattr(obj, "idle", None)
-    if idle is not None:
-        idle()
-
-
-class Policy(Protocol):
-    """The interface every cutoff policy shares, and nothing else."""
+class Policy:
+    """Every cutoff policy: ``choose`` and ``observe``, and the optional hooks, which do nothing
+    unless a policy has what they ask for."""
 
     name: str
 
     def choose(self) -> int:
         """The cutoff c in 1..n for the next iteration."""
+        raise NotImplementedError
 
     def observe(self, obs: Observation) -> None:
         """Learn from what the server saw at the iteration just finished."""
+        raise NotImplementedError
+
+    def idle(self) -> None:
+        """Work deferred to a moment when the server waits for gradients (learning while
+        serving's step, ``OnlineFit.idle``)."""
+
+    def forecast(self, c: int) -> float:
+        """E[x_(c)] as the policy expected it at its last choice; NaN: it forecasts nothing."""
+        return np.nan
+
+    @property
+    def measures_noise(self) -> bool:
+        """Whether it learns the gradient noise scale (train.objective progress), so that the
+        trainer measures each iteration's gradient statistics for ``observe_gradients``."""
+        return False
+
+    @property
+    def noise_scale(self) -> float | None:
+        """Its gradient noise scale estimate in samples, if it keeps one."""
+        return None
+
+    def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
+                          b_big: float) -> None:
+        """One iteration's gradient norms, where it ``measures_noise``."""
 
 
-class Predictor(Protocol):
+class Wrapper(Policy):
+    """A policy around another (``explore-``, ``decide_every``): every hook forwarded to it."""
+
+    def __init__(self, inner: Policy):
+        self.inner = inner
+
+    def observe(self, obs: Observation) -> None:
+        self.inner.observe(obs)
+
+    def idle(self) -> None:
+        self.inner.idle()
+
+    def forecast(self, c: int) -> float:
+        return self.inner.forecast(c)
+
+    @property
+    def measures_noise(self) -> bool:
+        return self.inner.measures_noise
+
+    @property
+    def noise_scale(self) -> float | None:
+        return self.inner.noise_scale
+
+    def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
+                          b_big: float) -> None:
+        self.inner.observe_gradients(small_sq, big_sq, b_small, b_big)
+
+
+class Predictor:
     """A forecast of the next iteration's order statistics from censored observations."""
 
     def expected_order_stats(self) -> np.ndarray | None:
         """E[x_(c)] for c = 1..n (sorted), or None before there is anything to predict from."""
+        raise NotImplementedError
 
     def observe(self, obs: Observation) -> None:
         """Update on an iteration's censored observation."""
+        raise NotImplementedError
+
+    def idle(self) -> None:
+        """Work deferred to when the server waits (``Policy.idle``)."""
 
 
 def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_gain: float = 0.0,
@@ -108,7 +157,7 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_ga
 
 
 
-class PredictivePolicy:
+class PredictivePolicy(Policy):
     """A ``Predictor`` plus a decision rule: c = decide(E[x_(1..n)], rule, lambda_hat,
     min_gain, worth).
 
@@ -152,6 +201,10 @@ class PredictivePolicy:
         return self.gradients / self.seconds if self.seconds > 0 else None
 
     @property
+    def measures_noise(self) -> bool:
+        return self.noise is not None
+
+    @property
     def noise_scale(self) -> float | None:
         """The current B_noise estimate in samples (None under "throughput" or before one)."""
         return None if self.noise is None else self.noise.scale
@@ -185,7 +238,7 @@ class PredictivePolicy:
         self.predictor.observe(obs)
 
     def idle(self) -> None:
-        use_idle_time(self.predictor)
+        self.predictor.idle()
 
     def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
                           b_big: float) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from bdsgd.cluster.cutoff import Observation
+from bdsgd.policies.base import Policy
 
 
-class Sync:
+class Sync(Policy):
     """Fully synchronous SGD: wait for every worker."""
 
     name = "sync"
@@ -22,7 +23,7 @@ class Sync:
         pass
 
 
-class Static:
+class Static(Policy):
     """Chen et al. (2016), backup workers: always wait for the first n - b.
 
     ``backups`` from 1 is a count, b = int(backups); below 1 a fraction f of n, b = round(f n),
@@ -47,7 +48,7 @@ class Static:
         pass
 
 
-class Scripted:
+class Scripted(Policy):
     """Replays precomputed cutoffs (the hindsight oracles): not causal, a reference only."""
 
     def __init__(self, name: str, cutoffs: np.ndarray):

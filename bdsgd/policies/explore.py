@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from bdsgd.cluster.cutoff import Observation
-from bdsgd.policies.base import Policy, use_idle_time
+from bdsgd.policies.base import Policy, Wrapper
 
 
-class Explore:
+class Explore(Wrapper):
     def __init__(self, inner: Policy, n_workers: int, prob: float, seed: int):
+        super().__init__(inner)
         self.name = f"explore-{inner.name}"
-        self.inner, self.n, self.prob = inner, n_workers, prob
+        self.n, self.prob = n_workers, prob
         self.rng = np.random.default_rng(seed)
         self.explored = 0
 
@@ -27,26 +27,3 @@ class Explore:
             self.explored += 1
             return self.n
         return c
-
-    def observe(self, obs: Observation) -> None:
-        self.inner.observe(obs)
-
-    def idle(self) -> None:
-        use_idle_time(self.inner)
-
-    def forecast(self, c: int) -> float:
-        """The inner policy's E[x_(c)] at the last choice (NaN if it forecasts nothing)."""
-        inner = getattr(self.inner, "forecast", None)
-        return np.nan if inner is None else inner(c)
-
-    @property
-    def noise_scale(self) -> float | None:
-        """The inner policy's gradient noise scale estimate, if it keeps one."""
-        return getattr(self.inner, "noise_scale", None)
-
-    def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
-                          b_big: float) -> None:
-        """Forwarded to the inner policy, if it estimates the gradient noise scale."""
-        forward = getattr(self.inner, "observe_gradients", None)
-        if forward is not None:
-            forward(small_sq, big_sq, b_small, b_big)

@@ -14,13 +14,13 @@ import numpy as np
 import torch
 
 from bdsgd.cluster.cutoff import Observation
-from bdsgd.policies.base import draw_count
+from bdsgd.policies.base import Predictor, draw_count
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.online import OnlineFit
 
 
-class ModelPredictor:
+class ModelPredictor(Predictor):
     """Online posterior predictive of the next iteration's run-times from censored observations.
 
     ``observe`` runs one filtering step on what the server saw (accepted run-times, and tau for

@@ -8,15 +8,15 @@ cluster) become rarer. k = 1 is the plain policy.
 
 from __future__ import annotations
 
-from bdsgd.cluster.cutoff import Observation
-from bdsgd.policies.base import PredictivePolicy, use_idle_time
+from bdsgd.policies.base import PredictivePolicy, Wrapper
 
 
-class Periodic:
+class Periodic(Wrapper):
     def __init__(self, inner: PredictivePolicy, every: int):
         if every < 1:
             raise ValueError(f"decide_every must be >= 1, got {every}")
-        self.name, self.inner, self.every = inner.name, inner, every
+        super().__init__(inner)
+        self.name, self.every = inner.name, every
         self.t, self.c = 0, None
 
     def choose(self) -> int:
@@ -27,19 +27,3 @@ class Periodic:
             self.inner.chosen = True
         self.t += 1
         return self.c
-
-    def observe(self, obs: Observation) -> None:
-        self.inner.observe(obs)
-
-    def idle(self) -> None:
-        use_idle_time(self.inner)
-
-    @property
-    def noise_scale(self) -> float | None:
-        """The inner policy's gradient noise scale estimate."""
-        return self.inner.noise_scale
-
-    def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
-                          b_big: float) -> None:
-        """Forwarded to the inner policy."""
-        self.inner.observe_gradients(small_sq, big_sq, b_small, b_big)

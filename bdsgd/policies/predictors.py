@@ -29,7 +29,7 @@ from scipy.special import erfcx
 
 from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies import order_stats
-from bdsgd.policies.base import draw_count
+from bdsgd.policies.base import Predictor, draw_count
 
 
 class _Window:
@@ -44,7 +44,7 @@ class _Window:
         self.items.append((seen, obs.cutoff_time, self.n - len(seen)))
 
 
-class Elfving:
+class Elfving(Predictor):
     """Censored-Gaussian maximum likelihood over the window, then Elfving's approximation.
 
     EM for right-censored normal data: a worker known only to exceed tau contributes, with
@@ -105,7 +105,7 @@ class Elfving:
         return np.maximum(self.mu + self.sigma * self.z, self.fastest)
 
 
-class Ecdf:
+class Ecdf(Predictor):
     """Kaplan-Meier over the window; E[x_(r:n)] of that distribution (``order_stats``).
 
     The window's accepted run-times are kept sorted from one observation to the next: each
@@ -134,7 +134,7 @@ class Ecdf:
         return self.expected
 
 
-class Bandit:
+class Bandit(Predictor):
     """Arms c = 1..n with discounted statistics of the duration x_(c), and optimism.
 
     After an iteration cut at c, arms 1..c each get one observation x_(c') (what they would have
@@ -175,7 +175,7 @@ class Bandit:
 MIN_RESIDUALS = 3
 
 
-class PerWorkerLevel:
+class PerWorkerLevel(Predictor):
     """Per-worker levels of log run-time and a joint bootstrap of recent residuals.
 
     With y_t,i = log x_t,i and level m_t,i, a worker's value at iteration t is y_t,i if it was
@@ -242,7 +242,7 @@ class PerWorkerLevel:
         return self.expected
 
 
-class TruthPredictor:
+class TruthPredictor(Predictor):
     """E[x_(c)] under the simulator's true dynamics: the mean of sorted joint draws.
 
     ``truth.predictive_draws(t, S, rng)`` draws x_t given the true latent state up to t - 1,

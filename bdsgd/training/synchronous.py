@@ -77,8 +77,8 @@ class Cutoff:
         self.decision_ns: list[int] = [] if state is None else state["decision_ns"]
         # train.objective progress: the policy learns the gradient noise scale from each
         # iteration's gradient statistics (None when c = 1: one group has no spread)
-        self.progress = (getattr(self.policy, "observe_gradients", None)
-                         if tc.objective == "progress" else None)
+        self.progress = (self.policy.observe_gradients
+                         if tc.objective == "progress" and self.policy.measures_noise else None)
         self.noise: list = [] if state is None else state["noise"]
         self.iterations = cluster.clock()  # the late workers' state, carried through a resume
         if state is not None:
@@ -132,7 +132,7 @@ class Cutoff:
         return {"decision_ns": self.decision_ns, "noise": self.noise}
 
     def summary(self) -> dict:
-        scale = getattr(self.policy, "noise_scale", None)
+        scale = self.policy.noise_scale
         return {"objective": self.r.tc.objective, "gradient_noise_scale":
                 None if self.progress is None or scale is None else float(scale)}
 
