@@ -36,6 +36,9 @@ from tests.helpers import (
 )
 from tests.slurm_cluster import run_on_slurm
 
+# Fixtures of their own modules: the hand-made results folder the figure tests draw from.
+pytest_plugins = ["tests.figure_results"]
+
 # The session's runs, in the order they start: fixture name -> what it does, in a working
 # directory of its own, with the tiny DAG's config file and the environment to run in.
 RUNS = {"tiny_dag": run_dag, "slurm_runs": run_on_slurm, "distributed_jobs": run_distributed_jobs,

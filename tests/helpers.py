@@ -359,6 +359,13 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
     bdsgd("figures", paths.results, "--out", paths.figures, "--draws")
 
 
+def job_stats(out: str) -> dict[str, int]:
+    """Snakemake's "Job stats" table: rule -> jobs."""
+    table = out[out.index("Job stats:"):].splitlines()[3:]
+    rows = [line.split() for line in table[:next(i for i, r in enumerate(table) if r.startswith("total"))]]
+    return {rule: int(count) for rule, count in rows}
+
+
 def result_tables(root: Path, experiment: str) -> dict[str, Path]:
     """Every result and summary table (CSV, Parquet) of a DAG's run in ``root``, by path under
     it, but a distributed job's: it measures wall time."""

@@ -1,5 +1,5 @@
 """The ablation table, figure and answer (bdsgd.figures.ablations) on the hand-made results of
-tests/test_figures.py, whose bdsgd has two variants: bdsgd+progress (two seeds) and bdsgd+lr-none
+tests/figure_results.py, whose bdsgd has two variants: bdsgd+progress (two seeds) and bdsgd+lr-none
 (one seed, never reaching the target)."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import pytest
 from bdsgd.figures import ablations as module
 from bdsgd.figures.ablations import ABLATION_COLUMNS, ablation_table, ablations, ablations_answer
 from bdsgd.figures.render import load_runs, policy_colour
-from tests.test_figures import results  # noqa: F401 - the fixture
 
 
 @pytest.fixture(scope="module")
-def table(results):  # noqa: F811 - the fixture
+def table(results):
     return ablation_table(load_runs(results)[0])
 
 
@@ -32,12 +31,12 @@ def test_the_table_has_the_policy_and_each_variant(table):
     assert never["reached"] == 0 and np.isinf(never["median_time_to_target_s"])
 
 
-def test_policies_without_variants_are_left_out(results):  # noqa: F811 - the fixture
+def test_policies_without_variants_are_left_out(results):
     summary = load_runs(results)[0]
     assert ablation_table(summary[~summary["policy"].str.contains("+", regex=False)]).empty
 
 
-def test_the_answer_states_the_measured_times_and_each_arms_verdict(table, results):  # noqa: F811
+def test_the_answer_states_the_measured_times_and_each_arms_verdict(table, results):
     from bdsgd.figures.verdicts import time_verdicts
 
     verdicts = time_verdicts(load_runs(results)[0])

@@ -44,3 +44,13 @@ def test_results_paths_come_from_the_layout_only():
              for p in (ROOT / folder).rglob("*.py") if p.name != "layout.py"
              for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
     assert found == []
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures live in conftest.py and fixture modules (tests/helpers.py and the like),
+    never in a test module another imports."""
+    tests = ROOT / "tests"
+    found = [f"{p.name}:{i}" for p in tests.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if line.lstrip().startswith(("from tests.test_", "import tests.test_"))]
+    assert found == []

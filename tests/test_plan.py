@@ -12,8 +12,7 @@ import yaml
 
 from bdsgd.config import from_dict, load_config
 from bdsgd.plan import ALONE, LOCAL, SECONDS_PER_SAMPLE, TEST_SAMPLES, bill, jobs
-from tests.helpers import REPO, bdsgd_in_process, run_cli, snakemake
-from tests.test_slurm import job_stats
+from tests.helpers import REPO, bdsgd_in_process, job_stats, run_cli, snakemake
 
 
 @pytest.mark.slow  # runs snakemake

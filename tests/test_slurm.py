@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from bdsgd.layout import Layout
-from tests.helpers import REPO, result_tables, snakemake, stamp_free
+from tests.helpers import REPO, job_stats, result_tables, snakemake, stamp_free
 from tests.slurm_cluster import (
     LONG_RUN,
     MAX_RUN_S,
@@ -26,13 +26,6 @@ needs_slurm = pytest.mark.skipif(
     bool(missing_binaries()),
     reason=f"no SLURM here ({', '.join(missing_binaries())} missing): "
            "apt-get install slurmctld slurmd munge (.ci/run does)")
-
-
-def job_stats(out: str) -> dict[str, int]:
-    """Snakemake's "Job stats" table: rule -> jobs."""
-    table = out[out.index("Job stats:"):].splitlines()[3:]
-    rows = [line.split() for line in table[:next(i for i, r in enumerate(table) if r.startswith("total"))]]
-    return {rule: int(count) for rule, count in rows}
 
 
 @needs_slurm

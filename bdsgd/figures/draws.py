@@ -72,7 +72,9 @@ def draws_figure(draws: pd.DataFrame, summary: pd.DataFrame, path: Path) -> list
             ax.scatter(dots, np.full(len(dots), y[row.policy] + 0.3), s=4, color=colour,
                        alpha=0.7, lw=0)
         first = stats.iloc[0]
-        ax.set(title=f"{trace}: n = {first.n_workers:g}, {first.draws} draws, "
+        ax.axvline(1.0, color="k", lw=0.6, ls=":")
+        ax.set(title=f"{trace}: n = {first.n_workers:g}, {first.draws} draw"
+                     f"{'s' if first.draws != 1 else ''}, "
                      f"rho = {first.comm_to_compute:.2g}", xlabel="throughput / hindsight optimum")
         ax.title.set_fontsize(9)
     for ax in axes.flat[len(traces):]:
@@ -92,7 +94,9 @@ def draws_answer(summary: pd.DataFrame, verdicts: pd.DataFrame) -> str:
         level = "; ".join(f"{r.policy} {r.median:.3f} of the optimum ({r.low:.3f} to {r.high:.3f})"
                           for r in shown.itertuples())
         ours = verdicts[(verdicts["trace"] == trace) & verdicts["policy"].isin(BDSGDS)]
-        parts.append(f"On {trace} ({stats['draws'].max()} draws): {level}. {phrases(ours)}")
+        draws = stats["draws"].max()
+        parts.append(f"On {trace} ({draws} draw{'s' if draws != 1 else ''}): {level}. "
+                     f"{phrases(ours)}")
     counts = (verdicts[verdicts["policy"] == "bdsgd"].groupby("reference")["verdict"]
               .value_counts().unstack(fill_value=0))
     tally = "; ".join(f"against {ref}: " + ", ".join(f"{v} on {n}" for v, n in row.items() if n)

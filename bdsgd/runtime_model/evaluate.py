@@ -7,7 +7,7 @@ cluster state), the coverage of the central 50 % and 90 % predictive intervals o
 statistic x_(c), and the error of E[x_(c)] against the realised x_(c).
 
 How good it is as a policy, filtering only on the censored observations its own cutoffs
-produce, is the throughput stage's question (``bdsgd.throughput.evaluate_model``).
+produce, is ``bdsgd.evaluation.evaluate_model``'s question.
 """
 
 from __future__ import annotations
