@@ -55,10 +55,10 @@ SECONDS_PER_SAMPLE = {
     "cpu": {"digits": 3.3e-6, "mnist": 1.7e-4, "cifar10": 3.5e-3, "imagenet": 5.3e-2},
 }
 # Async and cyclic compute each worker's gradient alone, b samples, not the union batch: per
-# sample this many times s where not measured (bench_gradients.py: 14.9x for 64 x 32 samples on
-# the H100; on a CPU, chunks keep parity).
+# sample this many times s where not measured (bench_gradients.py, benchmarks/README.md; on a
+# CPU, chunks keep parity).
 ALONE = {"cuda": 15.0, "cpu": 1.0}
-# Seconds one loader process takes to decode a sample (bench_loader.py: ~200 JPEGs/s a core):
+# Seconds one loader process takes to decode a sample (bench_loader.py, benchmarks/README.md):
 # the trainer does not overlap decoding with the device, so it adds to s.
 DECODE_S = {"imagenet": 1 / 200}
 # Near its target a run evaluates after every iteration (train.eval_near_target): billed over

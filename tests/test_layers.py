@@ -54,3 +54,36 @@ def test_no_test_module_imports_another():
              for i, line in enumerate(p.read_text().splitlines(), 1)
              if line.lstrip().startswith(("from tests.test_", "import tests.test_"))]
     assert found == []
+
+
+# Modules whose text states a scenario's specification ("2.5x slower"), not a measurement.
+SPECIFIED = ("bdsgd/traces/simulate.py",)
+
+
+def text_of(path: Path) -> list[str]:
+    """A module's comments and docstrings, a line each."""
+    import ast
+    import io
+    import tokenize
+
+    source = path.read_text()
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                if t.type == tokenize.COMMENT]
+    nodes = [n for n in ast.walk(ast.parse(source))
+             if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    docs = [doc for n in nodes if (doc := ast.get_docstring(n))]
+    return comments + [line for doc in docs for line in doc.splitlines()]
+
+
+def test_no_measurement_or_history_in_the_package_text():
+    """Measurements live in benchmarks/ and the reasons for a default in docs/decisions.md: no
+    comment or docstring in bdsgd/ states a speed-up or a timing, or tells what the code used
+    to do."""
+    import re
+
+    said = re.compile(r"\b\d+(\.\d+)?x (faster|slower)\b|\b\d+(\.\d+)? ?ms\b|\bno longer\b|"
+                      r"\bpreviously\b|\bused to\b|\bformerly\b|\bnot any more\b")
+    found = [f"{p.relative_to(ROOT)}: {line.strip()}" for p in (ROOT / "bdsgd").rglob("*.py")
+             if str(p.relative_to(ROOT)) not in SPECIFIED
+             for line in text_of(p) if said.search(line)]
+    assert found == []

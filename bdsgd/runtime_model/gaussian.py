@@ -16,8 +16,8 @@ EMITTER_PARTS, SHORT = 3, 2  # the emitter's parts (normal, long stall, short st
 
 
 def softplus(x: torch.Tensor) -> torch.Tensor:
-    """log(1 + e^x) as max(x, 0) + log(1 + e^-|x|): F.softplus's log1p is not vectorised on CPU
-    (here 6x slower on the S x n draws of a decision)."""
+    """log(1 + e^x) as max(x, 0) + log(1 + e^-|x|): F.softplus's log1p is not vectorised on CPU,
+    which the S x n draws of a decision feel (benchmarks/bench_model.py)."""
     return x.clamp_min(0) + (1 + (-x.abs()).exp()).log()
 
 

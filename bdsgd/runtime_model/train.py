@@ -78,8 +78,8 @@ def deployment_view(x: torch.Tensor, censored: torch.Tensor,
 def elbo_term(model: RuntimeModel, cfg: ModelConfig):
     """``RuntimeModel.elbo``'s per-iteration term, through torch.compile if ``cfg.compile``:
     one iteration's filtering step and score (forward and backward) then run as a few fused
-    kernels instead of ~300 small operations: on a CPU core 6x faster at n = 16 and 3x at 158
-    after one compilation of ~30 s, no faster at 2,048 (benchmarks/bench_model.py). None: eager."""
+    kernels instead of ~300 small operations, after one compilation: it pays where the cluster
+    is small or mid-sized (benchmarks/bench_model.py). None: eager."""
     return torch.compile(model.elbo_term, dynamic=False) if cfg.compile else None
 
 
