@@ -44,8 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = tsub.add_parser("import", help="convert a public trace to a bdsgd Parquet trace")
     p.add_argument("--format", required=True, choices=["csv", "alibaba-pai"],
-                   help="csv: long format 'iteration,worker,runtime_s[,censored]'; alibaba-pai: "
-                        "cluster-trace-gpu-v2020 mini-batch-time job file")
+                   help="csv: one row per iteration and worker, the columns iteration, worker "
+                        "(integer labels, any values: every worker in every iteration), runtime_s "
+                        "(seconds; if censored, a lower bound) and optionally censored (true: cut "
+                        "off, its run-time known only to exceed runtime_s), node (integer: the "
+                        "machine the worker runs on), compute_s and comm_s (the parts of "
+                        "runtime_s); no other column. alibaba-pai: a cluster-trace-gpu-v2020 "
+                        "mini-batch-time job file (,worker,gpu,time,batch_time_norm)")
     p.add_argument("input", metavar="IN", help="file to import")
     p.add_argument("output", metavar="OUT.parquet", help="trace to write")
     p.set_defaults(func=commands.cmd_traces_import)
