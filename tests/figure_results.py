@@ -1,4 +1,4 @@
-"""The hand-made results folder that tests/test_figures.py and tests/test_ablations.py draw
+"""The hand-made results folder that tests/figures/test_figures.py and tests/figures/test_ablations.py draw
 from (the fixture ``results``, a plugin of tests/conftest.py): one trace, its throughput replay
 and model predictions, the convergence runs of RUNS and one distributed job, laid out as the DAG
 lays them out."""
@@ -25,7 +25,7 @@ RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
        [("async", s, [10, None][s], True) for s in range(2)] + \
        [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)] + \
        [("bdsgd+progress", s, 10 + 5 * s, False) for s in range(2)] + \
-       [("bdsgd+lr-none", s, None, False) for s in range(2)]  # bdsgd's variants (tests/test_ablations.py)
+       [("bdsgd+lr-none", s, None, False) for s in range(2)]  # bdsgd's variants: test_ablations.py
 
 
 def _metrics(policy: str, seed: int, reach: int | None, new_style: bool) -> pd.DataFrame:

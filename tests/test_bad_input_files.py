@@ -555,10 +555,12 @@ def results_folder(root: Path) -> Path:
                   for p in ("sync", "static", "oracle") for t in range(10)]).to_parquet(
         results / "throughput/sim/decisions.parquet")
     pd.DataFrame([{"period": k, "policy": p, "gradients_per_s": 3.0, "relative_to_oracle": 0.9,
-                   "mean_cutoff": 2.0} for k in (1, 5) for p in ("ecdf", "oracle-fixed")]
+                   "mean_cutoff": 2.0, "fixed_ratio": 1.0, "fixed_low": 1.0, "fixed_high": 1.0}
+                  for k in (1, 5) for p in ("ecdf", "oracle-fixed")]
                  ).to_csv(results / "throughput/sim/period_sweep.csv", index=False)
     pd.DataFrame([{"ratio": 0.1, "topology": "ps", "policy": p, "gradients_per_s": 3.0,
-                   "relative_to_oracle": 0.9, "relative_to_sync": 1.0, "mean_cutoff": 2.0}
+                   "relative_to_oracle": 0.9, "relative_to_sync": 1.0, "mean_cutoff": 2.0,
+                   "sync_low": 1.0, "sync_high": 1.0}
                   for p in ("sync", "oracle")]).to_csv(results / "throughput/sim/comm_sweep.csv",
                                                        index=False)
     pd.DataFrame([{"order": c, "iteration": t, "predicted_mean": 1.0 + c, "lo90": 0.5 + c,
@@ -688,7 +690,7 @@ def test_results_folder_missing_a_stage(case, tmp_path, capsys):
 
 def test_the_intact_results_folder_reads(tmp_path):
     """The folder the tests above damage passes every check of ``bdsgd figures`` (the drawing
-    itself: tests/test_figures.py, and the CLI's on the session's runs: tests/test_cli.py)."""
+    itself: tests/figures/test_figures.py, and the CLI's on the session's runs: tests/test_cli.py)."""
     from bdsgd.figures.render import load_all
 
     summary, *_ = load_all(results_folder(tmp_path))

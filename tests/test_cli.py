@@ -25,12 +25,12 @@ from tests.helpers import REPO, result_tables, stamp_free
 
 ENTRY_POINTS = [
     "traces import", "traces simulate", "traces gather", "traces describe", "traces split",
-    "traces plot", "traces censor",  # its runs: tests/test_replay_ablations.py
+    "traces plot", "traces censor",  # its runs: tests/figures/test_replay_ablations.py
     "model train", "model evaluate", "model sample", "throughput", "train", "figures",
-    "model prior",  # its runs: tests/test_prior.py
-    "distributed",  # its runs: tests/test_distributed.py
+    "model prior",  # its runs: tests/runtime_model/test_prior.py
+    "distributed",  # its runs: tests/distributed/test_distributed.py
     "plan",  # its runs: tests/test_plan.py
-    "pilot",  # its runs: tests/test_pilot.py
+    "pilot",  # its runs: tests/training/test_pilot.py
     "ladder",  # its runs: tests/test_ladder.py
 ]
 CONTRACT_KEYS = {"gradients_per_s", "relative_to_oracle", "mean_cutoff", "decision_ms_p50"}
@@ -136,7 +136,7 @@ def test_traces_describe(stages_by_hand, capsys):
 
 def test_traces_gather_refuses_a_trace_of_another_source(tmp_path, config_file, capsys):
     """The tiny config's only trace is simulated: gather refuses it by name, writing nothing.
-    (A gathered trace, by name: tests/test_traces_gather.py.)"""
+    (A gathered trace, by name: tests/traces/test_gather.py.)"""
     out = tmp_path / "gathered.parquet"
     code = main(["traces", "gather", "--config", str(config_file), "--name", "sim",
                  "--out", str(out)])

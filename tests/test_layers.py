@@ -87,3 +87,13 @@ def test_no_measurement_or_history_in_the_package_text():
              if str(p.relative_to(ROOT)) not in SPECIFIED
              for line in text_of(p) if said.search(line)]
     assert found == []
+
+
+def test_the_tests_mirror_the_packages():
+    """A package's tests are in tests/<package>/ (bdsgd/<package>/ exists), the top-level
+    modules' and the whole program's in tests/ itself."""
+    packages = {p.name for p in (ROOT / "bdsgd").iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in (ROOT / "tests").iterdir()
+               if p.is_dir() and p.name not in ("data", "__pycache__")}
+    assert folders <= packages | {"workflow"}, folders - packages
+    assert all(list((ROOT / "tests" / f).glob("test_*.py")) for f in folders)

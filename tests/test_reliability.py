@@ -28,7 +28,7 @@ CLASSES = {
         "test_damaged_train_checkpoint", "test_damaged_model_training_checkpoint",
         "test_damaged_model_file", "test_damaged_distributed_server_checkpoint",
         "test_torch_advice_is_not_passed_on")),
-    "a run-time model of another worker count": ("test_policy_build.py", (
+    "a run-time model of another worker count": ("policies/test_build.py", (
         "test_a_model_of_another_worker_count_is_one_line",)),
     "results folders": ("test_bad_input_files.py", (
         "test_results_folder_with_a_bad_file", "test_results_folder_missing_a_stage")),
@@ -40,19 +40,19 @@ CLASSES = {
 }
 # fault -> the test that injects it and asserts the resumed job loses nothing
 FAULTS = {
-    "SIGTERM of a convergence run": "test_training.py::"
+    "SIGTERM of a convergence run": "training/test_training.py::"
     "test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics",
-    "a convergence run killed mid-run (every mode)": "test_asynchronous.py::"
+    "a convergence run killed mid-run (every mode)": "training/test_asynchronous.py::"
     "test_resumed_run_of_a_mode_equals_uninterrupted_run",
     "SIGTERM of a model training": "test_bad_input_files.py::"
     "test_sigterm_stops_model_training_with_a_checkpoint_and_the_command_resumes",
-    "a model training killed mid-run": "test_runtime_model.py::"
+    "a model training killed mid-run": "runtime_model/test_runtime_model.py::"
     "test_resume_from_checkpoint_equals_uninterrupted",
-    "SIGKILL of a distributed job (server, workers, launcher)": "test_distributed.py::"
+    "SIGKILL of a distributed job (server, workers, launcher)": "distributed/test_distributed.py::"
     "test_a_killed_job_resumes_from_the_servers_checkpoint",
-    "SIGKILL of a distributed worker": "test_distributed.py::"
+    "SIGKILL of a distributed worker": "distributed/test_distributed.py::"
     "test_a_killed_worker_is_censored_and_training_goes_on",
-    "Ctrl-C of a Snakemake run while a convergence run trains": "test_workflow.py::"
+    "Ctrl-C of a Snakemake run while a convergence run trains": "workflow/test_workflow.py::"
     "test_an_interrupted_dag_resumes_its_runs_instead_of_redoing_them",
 }
 

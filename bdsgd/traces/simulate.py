@@ -56,7 +56,7 @@ A scenario (``SCENARIOS``) names a preset of the scenario-dependent parameters; 
 overrides the preset. The presets are calibrated against the per-iteration CoV of 100 real
 Alibaba PAI jobs (tests/data/alibaba_pai_coefficient_variation.csv): ``calm`` sits at a
 typical calm real job, ``mixed`` follows the pooled real distribution from calm iterations to
-straggler-dominated ones (tests/test_traces_simulate.py states the tolerances). Four scenarios
+straggler-dominated ones (tests/traces/test_simulate.py states the tolerances). Four scenarios
 follow what real clusters show and the others miss; benchmarks/scenarios.py prints each beside
 the real statistics it is calibrated against, and docs/decisions.md gives the numbers:
 

@@ -17,7 +17,7 @@ from bdsgd.training import train_run
 from bdsgd.training.record import COLUMNS
 from tests.helpers import N_WORKERS, STALENESS, T_ROWS, make_cfg, metrics, summary, write
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_events import async_per_event, cyclic_per_event  # noqa: E402
 
 sys.path.pop(0)

@@ -14,7 +14,7 @@ from bdsgd.traces.describe import describe
 from bdsgd.traces.formats import import_trace
 from bdsgd.traces.io import read_trace, write_trace
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 HEADER = ",worker,gpu,time,batch_time_norm\n"
 
 

@@ -25,7 +25,7 @@ from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.simulate import SCENARIOS, simulate
 from bdsgd.traces.truth import read_truth, truth_path, write_truth
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 QUIET = dict(speed_sigma=0.0, jitter_sigma=0.05, contention_start=0.0, contention_stop=0.0,
              contention_slowdown=1.0, stall_prob=0.0, stall_alpha=2.0, stall_scale=0.1,
              stall_max=30.0, stragglers=0, straggler_start=0.5, straggler_slowdown=1.0,

@@ -16,6 +16,7 @@ from bdsgd.figures.inputs import load_replay_ablations
 from bdsgd.figures.render import policy_style
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
+from tests.helpers import REPO
 
 
 def test_cut_at_censors_the_slowest_at_the_cutoff_time():
@@ -108,12 +109,11 @@ def test_without_ablations_the_answer_says_so(tmp_path):
 
 
 def test_the_readme_maps_every_reviewer_question():
-    from pathlib import Path
 
     from bdsgd.figures import FIGURES
     from bdsgd.figures.answers import QUESTIONS
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     section = readme.split("## What the reviewers asked")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == list(QUESTIONS)

@@ -17,7 +17,7 @@ from bdsgd.traces.plots import PAI_COV_QUANTILES, draw_trace_figures, heatmap_ra
 from bdsgd.traces.schema import from_arrays
 from bdsgd.traces.simulate import simulate
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 PNG = b"\x89PNG\r\n\x1a\n"
 PDF = b"%PDF"
 

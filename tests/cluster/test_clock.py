@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,7 +20,7 @@ from bdsgd.cluster.schedules import arrivals
 from bdsgd.cluster.server import replay
 from bdsgd.policies import build
 from bdsgd.traces.schema import from_arrays
-from tests.helpers import make_cfg, write
+from tests.helpers import DATA, make_cfg, write
 
 # G / B = 1 ms, L = 0.1 ms, n = 4
 LINK = {"gradient_bytes": 1e6, "bandwidth_bytes_s": 1e9, "latency_s": 1e-4}
@@ -329,7 +328,7 @@ def test_one_trace_on_one_network_is_one_regime_in_the_replay_and_in_a_run(tmp_p
     from bdsgd.traces.simulate import simulate
     from bdsgd.training import train_run
 
-    trace = (import_trace(Path(__file__).parent / "data/alibaba_pai_job_1_norm.csv", source)
+    trace = (import_trace(DATA / "alibaba_pai_job_1_norm.csv", source)
              if source == "alibaba-pai" else
              simulate(SimulateConfig(workers=6, iterations=20), 0)[0])
     path = write_trace(from_arrays(trace.runtimes[:20], trace.meta), tmp_path / "t.parquet")
