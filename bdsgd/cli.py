@@ -33,15 +33,16 @@ def _policy_help() -> str:
             "one)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = flags.Parser(
-        prog="bdsgd", description="Straggler-aware synchronous distributed SGD experiments.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    # traces ...
+def _traces(sub) -> None:
+    """bdsgd traces: gather, import, simulate, split, describe, plot and censor traces."""
     traces = sub.add_parser("traces", help="gather, import, simulate, split and describe traces")
     tsub = traces.add_subparsers(dest="traces_command", required=True, metavar="ACTION")
+    _trace_sources(tsub)
+    _trace_tools(tsub)
 
+
+def _trace_sources(tsub) -> None:
+    """The actions that make a trace: import, simulate, gather."""
     p = tsub.add_parser("import", help="convert a public trace to a bdsgd Parquet trace")
     p.add_argument("--format", required=True, choices=["csv", "alibaba-pai"],
                    help="csv: one row per iteration and worker, the columns iteration, worker "
@@ -72,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="trace to write")
     p.set_defaults(func=commands.cmd_traces_gather)
 
+
+
+def _trace_tools(tsub) -> None:
+    """The actions on a trace: describe, plot, split, censor."""
     p = tsub.add_parser("describe", help="summary statistics of a trace")
     p.add_argument("trace", metavar="TRACE", help="trace (Parquet)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -103,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="censored trace to write")
     p.set_defaults(func=commands.cmd_traces_censor)
 
-    # model ...
+
+def _model(sub) -> None:
+    """bdsgd model: the run-time model: train, prior, evaluate, sample."""
     model = sub.add_parser("model", help="train, evaluate and sample the BDSGD run-time model")
     msub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION")
 
@@ -156,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="trace to write")
     p.set_defaults(func=commands.cmd_model_sample)
 
-    # throughput
+
+def _throughput(sub) -> None:
+    """bdsgd throughput: the throughput replay."""
     p = sub.add_parser("throughput", help="replay a trace under cutoff policies; throughput table")
     p.add_argument("trace", metavar="TRACE", help="trace to replay (Parquet, no censored values)")
     p.add_argument("--policies", required=True, help=_policy_help())
@@ -195,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "draws are traces of their own: replayed whole); default 0")
     p.set_defaults(func=commands.cmd_throughput)
 
-    # ladder
+
+def _ladder(sub) -> None:
+    """bdsgd ladder: the ladder from the paper's BDSGD to the project's."""
     p = sub.add_parser("ladder", help="replay the ladder from Teng & Wood's BDSGD to the "
                        "project's, one change a rung (bdsgd/ladder.py)")
     p.add_argument("trace", metavar="TRACE", help="trace to replay (Parquet, no censored values)")
@@ -215,7 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every rung's per-iteration decisions to write (Parquet)")
     p.set_defaults(func=commands.cmd_ladder)
 
-    # train
+
+def _train(sub) -> None:
+    """bdsgd train: one convergence run."""
     p = sub.add_parser("train", help="one convergence run on the virtual cluster")
     p.add_argument("--config", required=True, help="experiment config (YAML)")
     p.add_argument("--task", required=True, choices=TASKS,
@@ -238,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "checkpoint.pt)")
     p.set_defaults(func=commands.cmd_train)
 
-    # pilot
+
+def _pilot(sub) -> None:
+    """bdsgd pilot: the pilot of a task's recipe."""
     p = sub.add_parser("pilot", help="can the task's recipe reach its target? sync runs at the "
                        "recipe's learning rate times each of pilot.lr_factors; an error if the "
                        "recipe's own does not")
@@ -253,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "workflow passes the user's, of which --config is a slice)")
     p.set_defaults(func=commands.cmd_pilot)
 
-    # distributed
+
+def _distributed(sub) -> None:
+    """bdsgd distributed: real training on torch.distributed."""
     p = sub.add_parser("distributed", help="real training: a parameter server and N workers "
                                            "on torch.distributed, cutoffs from any causal policy")
     p.add_argument("--workers", type=flags.positive_int, required=True,
@@ -288,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "clock's replay of it go beside it")
     p.set_defaults(func=commands.cmd_distributed)
 
-    # plan
+
+def _plan(sub) -> None:
+    """bdsgd plan: the bill of a config."""
     p = sub.add_parser("plan", help="every job a config makes, its requests and its estimated "
                                     "GPU-hours, before you submit")
     p.add_argument("--config", required=True, help="experiment config (the one you will submit)")
@@ -305,7 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "whose tasks' data folders are missing under train.data_dir")
     p.set_defaults(func=commands.cmd_plan)
 
-    # figures
+
+def _figures(sub) -> None:
+    """bdsgd figures: the figures from stored results."""
     p = sub.add_parser("figures", help="every figure and summary.csv from stored results")
     p.add_argument("results_dir", metavar="RESULTS_DIR", help="results/<experiment>")
     p.add_argument("--out", required=True, help="figure folder (figures/<experiment>)")
@@ -313,6 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw only the throughput study over cluster draws (throughput.draws), "
                         "which reads the throughput replays alone")
     p.set_defaults(func=commands.cmd_figures)
+
+
+# Each subcommand adds its parser (and its actions') to the command's, in the order --help lists them.
+SUBCOMMANDS = (_traces, _model, _throughput, _ladder, _train, _pilot, _distributed, _plan, _figures)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = flags.Parser(
+        prog="bdsgd", description="Straggler-aware synchronous distributed SGD experiments.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
 
 
