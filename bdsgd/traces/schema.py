@@ -144,7 +144,44 @@ def _row(df: pd.DataFrame, position: int) -> str:
 
 def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None,
                strict: bool = True) -> Trace:
-    """Validate a long table and build a Trace; a bad table raises a one-line UserError."""
+    """Validate a long table and build a Trace; a bad table raises a one-line UserError naming
+    ``source``, the row and the field: its columns, their types, their values, then the
+    (iteration, worker) grid, in that order."""
+    df = _known_columns(df, source, strict)
+    _check_types(df, source)
+    _check_values(df, source)
+    iterations, it_idx, workers, wk_idx = _grid(df, source, meta)
+    T, n = len(iterations), len(workers)
+
+    def dense(values: np.ndarray, dtype) -> np.ndarray:
+        out = np.empty((T, n), dtype=dtype)
+        out[it_idx, wk_idx] = values
+        return out
+
+    node = None
+    if "node" in df.columns:
+        node_dense = dense(df["node"].to_numpy(dtype=np.int64), np.int64)
+        changes = (node_dense != node_dense[0]).any(axis=0)
+        if changes.any():
+            w = int(workers[np.flatnonzero(changes)[0]])
+            raise _fail(source, "node", f"worker {w} changes node during the trace")
+        node = node_dense[0]
+
+    censored = (df["censored"].to_numpy().astype(bool) if "censored" in df.columns
+                else np.zeros(len(df), dtype=bool))
+    meta = dict(meta or {})
+    meta.setdefault("time_unit", "s")
+    meta["n_workers"] = int(n)
+    columns = {col: dense(df[col].to_numpy(dtype=float), np.float64) if col in df.columns else None
+               for col in ("compute_s", "comm_s")}
+    return Trace(runtimes=dense(df["runtime_s"].to_numpy(dtype=float), np.float64),
+                 censored=dense(censored, bool), iterations=iterations.astype(np.int64),
+                 workers=workers.astype(np.int64), meta=meta, node=node, file=source, **columns)
+
+
+def _known_columns(df: pd.DataFrame, source: str, strict: bool) -> pd.DataFrame:
+    """The table's rows, the required columns present and (``strict``) no unknown one: its
+    known columns, in the schema's order."""
     if len(df) == 0:
         raise _fail(source, "-", "trace is empty (no rows)")
     missing = [c for c in REQUIRED if c not in df.columns]
@@ -154,8 +191,11 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
     if unknown and strict:
         allowed = ", ".join(REQUIRED + OPTIONAL)
         raise _fail(source, unknown[0], f"unknown column (allowed: {allowed})")
-    df = df[[c for c in REQUIRED + OPTIONAL if c in df.columns]]
+    return df[[c for c in REQUIRED + OPTIONAL if c in df.columns]]
 
+
+def _check_types(df: pd.DataFrame, source: str) -> None:
+    """censored boolean (or 0/1), every other column a number, the labels whole numbers."""
     for col in df.columns:
         values = df[col]
         if col == "censored":
@@ -176,6 +216,9 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
                 raise _fail(source, f"{_row(df, row)}, {col}",
                             f"must be a whole number, got {values.iloc[row]}")
 
+
+def _check_values(df: pd.DataFrame, source: str) -> None:
+    """Run-times finite and positive; their compute and communication parts finite, >= 0."""
     x = df["runtime_s"].to_numpy(dtype=float)
     bad = ~np.isfinite(x) | (x <= 0)
     if bad.any():
@@ -191,6 +234,11 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
                 raise _fail(source, f"{_row(df, row)}, {col}",
                             f"must be finite and >= 0, got {float(v[row])!r}")
 
+
+def _grid(df: pd.DataFrame, source: str, meta: dict[str, Any] | None):
+    """(iterations, each row's iteration index, workers, each row's worker index): each
+    (iteration, worker) once, every worker in every iteration; a gap in the iterations a
+    warning unless the metadata declares them sampled."""
     it = df["iteration"].to_numpy(dtype=np.int64)
     wk = df["worker"].to_numpy(dtype=np.int64)
     dup = pd.DataFrame({"i": it, "w": wk}).duplicated().to_numpy()
@@ -198,7 +246,6 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         row = int(np.flatnonzero(dup)[0])
         raise _fail(source, f"{_row(df, row)}, iteration/worker",
                     f"duplicate (iteration {it[row]}, worker {wk[row]})")
-
     iterations, it_idx = np.unique(it, return_inverse=True)
     workers, wk_idx = np.unique(wk, return_inverse=True)
     jumps = np.flatnonzero(np.diff(iterations) > 1)
@@ -207,48 +254,15 @@ def from_frame(df: pd.DataFrame, source: str, meta: dict[str, Any] | None = None
         logger.warning("%s: iteration %d: missing (the labels jump from %d to %d; the first of %d "
                        "gap(s)): the iterations either side of a gap are read as consecutive",
                        source, iterations[t] + 1, iterations[t], iterations[t + 1], len(jumps))
-    T, n = len(iterations), len(workers)
-    counts = np.bincount(it_idx, minlength=T)
-    if (counts < n).any():
-        t = int(np.flatnonzero(counts < n)[0])
+    counts = np.bincount(it_idx, minlength=len(iterations))
+    if (counts < len(workers)).any():
+        t = int(np.flatnonzero(counts < len(workers))[0])
         present = set(wk[it_idx == t].tolist())
         absent = [int(w) for w in workers if w not in present]
         raise _fail(source, f"iteration {iterations[t]}",
                     f"missing workers {absent[:5]}{'...' if len(absent) > 5 else ''} "
                     "(give them a row with censored=true if they were cut off)")
-
-    def dense(values: np.ndarray, dtype) -> np.ndarray:
-        out = np.empty((T, n), dtype=dtype)
-        out[it_idx, wk_idx] = values
-        return out
-
-    node = None
-    if "node" in df.columns:
-        node_rows = df["node"].to_numpy(dtype=np.int64)
-        node_dense = dense(node_rows, np.int64)
-        changes = (node_dense != node_dense[0]).any(axis=0)
-        if changes.any():
-            w = int(workers[np.flatnonzero(changes)[0]])
-            raise _fail(source, "node", f"worker {w} changes node during the trace")
-        node = node_dense[0]
-
-    censored = (df["censored"].to_numpy().astype(bool) if "censored" in df.columns
-                else np.zeros(len(df), dtype=bool))
-    meta = dict(meta or {})
-    meta.setdefault("time_unit", "s")
-    meta["n_workers"] = int(n)
-    columns = {col: dense(df[col].to_numpy(dtype=float), np.float64) if col in df.columns else None
-             for col in ("compute_s", "comm_s")}
-    return Trace(
-        runtimes=dense(x, np.float64),
-        censored=dense(censored, bool),
-        iterations=iterations.astype(np.int64),
-        workers=workers.astype(np.int64),
-        meta=meta,
-        node=node,
-        file=source,
-        **columns,
-    )
+    return iterations, it_idx, workers, wk_idx
 
 
 def from_arrays(runtimes: np.ndarray, meta: dict[str, Any] | None = None,
