@@ -115,102 +115,45 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     from bdsgd.traces.schema import replay_start
 
     resolved = cfg if cfg is not None else default_config()
-    pcfg = resolved.policies
-    unknown = [p for p in policies if p != ASYNC and not is_known(p)]
-    if not policies or unknown:
-        raise UserError("--policies", unknown[0] if unknown else "-",
-                        "unknown policy" if unknown else "no policy given")
-    if rule not in (None, "both", *RULES):
-        raise UserError("--rule", rule, f"choose from {RULES} or 'both'")
-    default_rule = pcfg.rule if rule in (None, "both") else rule
+    _check_request(policies, rule, threads, draw)
+    default_rule = resolved.policies.rule if rule in (None, "both") else rule
     seed = resolved.seed if seed is None else seed
     threads = resolved.resources.throughput_threads if threads is None else threads
-    if threads < 1:
-        raise UserError("--threads", str(threads), "must be at least 1")
     trace_path = str(trace_path)
-    if draw < 0:
-        raise UserError("--draw", str(draw), "must be 0 or more")
     trace = replay_start(read_trace(trace_path), draw)
     require_complete(trace, trace_path)
     require_cutoff(trace, trace_path)
     cluster = for_replay(resolved, trace, comm_s, late)
     if ASYNC in policies:
         require_server(cluster.network, "the async reference", resolved.source)
-    inputs = load_inputs([p for p in policies if p != ASYNC], trace_path, model_path,
-                         paper_model_path)
-    history = read_history(history_path, trace, trace_path)
-
-    _, oracle_rate = cluster.optimum(trace.runtimes)
-    runs: dict[tuple[str, str | None], tuple[Replay, Policy]] = {}
-
-    def replayed(name: str, r: str | None, on: VirtualCluster,
-                 cfg=resolved) -> tuple[Replay, Policy]:
-        policy = build_policy(name, cfg, seed=seed, n_workers=trace.n_workers, trace=trace,
-                              inputs=inputs, history=history, comm=on.timing, rule=r)
-        return on.replay(trace.runtimes, policy), policy
-
-    def run(name: str, r: str | None) -> tuple[Replay, Policy]:
-        if (name, r) not in runs:
-            runs[name, r] = replayed(name, r, cluster)
-        return runs[name, r]
-
-    def at_period(name: str, k: int) -> Replay:
-        """``name`` under the default rule, deciding every k iterations."""
-        r = rule_of(name, default_rule)
-        if k == pcfg.decide_every:
-            return run(name, r)[0]
-        every = dataclasses.replace(pcfg, decide_every=k)
-        return replayed(name, r, cluster, dataclasses.replace(resolved, policies=every))[0]
-
-    def row(name: str, r: str | None) -> dict:
-        result, policy = run(name, r)
-        out = _row(result, oracle_rate, r, threads)
-        if name.startswith("explore-"):
-            inner, _ = run(name.removeprefix("explore-"), r)
-            out["explored_fraction"] = policy.explored / trace.n_iterations
-            out["explore_cost"] = 1 - result.gradients_per_s / inner.gradients_per_s
-        return out
+    replays = Replays(resolved, trace, cluster, seed,
+                      load_inputs([p for p in policies if p != ASYNC], trace_path, model_path,
+                                  paper_model_path),
+                      read_history(history_path, trace, trace_path))
 
     from bdsgd.devices import torch_threads  # torch: only when a replay runs
 
-    table: dict[str, dict] = {}
     with torch_threads(threads):
-        for name in policies:
-            if name == ASYNC:
-                table[name] = {**cluster.async_reference(trace.runtimes),
-                               "mean_cutoff": 1.0,
-                               "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
-                               "threads": threads, "rule": None,
-                               "note": "reference: applies every gradient, one at a time, "
-                                       "ignoring staleness; its relative_to_oracle may exceed 1"}
-                table[name]["relative_to_oracle"] = table[name]["gradients_per_s"] / oracle_rate
-            elif not spec(name).predictive or spec(name).paper:  # no rule to choose
-                table[name] = row(name, rule_of(name, default_rule))
-            elif rule == "both":
-                for r in RULES:
-                    table[f"{name}/{r}"] = row(name, r)
-                table[name] = dict(table[f"{name}/{default_rule}"])
-            else:
-                table[name] = row(name, default_rule)
+        table = replays.table(policies, rule, default_rule, threads)
         if sweep_out:
-            cutoff_policies = [p for p in policies if p != ASYNC]
-            sweep = comm_sweep(trace, resolved, cluster, cutoff_policies, default_rule,
-                               lambda name, r, on: replayed(name, r, on)[0])
+            sweep = comm_sweep(trace, resolved, cluster, [p for p in policies if p != ASYNC],
+                               default_rule, lambda name, r, on: replays.replayed(name, r, on)[0])
         if period_out:
             periodic = [p for p in resolved.throughput.period_policies
                         if p in policies and spec(p).predictive]
             periods = period_sweep(trace, resolved.throughput.decide_every, periodic, cluster,
-                                   at_period, run("oracle-fixed", None)[0])
+                                   lambda name, k: replays.at_period(name, k, default_rule),
+                                   replays.run("oracle-fixed", None)[0])
 
     result = {"policies": table, "default_rule": default_rule, "threads": threads,
-              "trace": _describe(trace, trace_path, cluster, oracle_rate),
-              "history": None if history is None else {
-                  "path": str(history_path), "n_iterations": history.n_iterations},
-              "provenance": stamp(cfg, seed, policies_config=dataclasses.asdict(pcfg))}
+              "trace": _describe(trace, trace_path, cluster, replays.oracle_rate),
+              "history": None if replays.history is None else {
+                  "path": str(history_path), "n_iterations": replays.history.n_iterations},
+              "provenance": stamp(cfg, seed, policies_config=dataclasses.asdict(resolved.policies))}
     if json_out:
         write_json(json_out, result)
     if decisions_out:
-        decisions = _decisions(table, runs, trace, policies, default_rule, rule)
+        decisions = _decisions(table, replays.runs, trace, policies, default_rule, rule)
         write_with(decisions_out, lambda tmp: pq.write_table(decisions, tmp))
     if sweep_out:
         write_with(sweep_out, lambda tmp: sweep.to_csv(tmp, index=False, float_format="%.6g"))
@@ -218,6 +161,89 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
         write_with(period_out, lambda tmp: periods.to_csv(tmp, index=False, float_format="%.6g"))
     logger.info(format_table(result))
     return result
+
+
+def _check_request(policies: list[str], rule: str | None, threads: int | None, draw: int) -> None:
+    """The flags of a replay that no file is needed to check: a one-line UserError each."""
+    unknown = [p for p in policies if p != ASYNC and not is_known(p)]
+    if not policies or unknown:
+        raise UserError("--policies", unknown[0] if unknown else "-",
+                        "unknown policy" if unknown else "no policy given")
+    if rule not in (None, "both", *RULES):
+        raise UserError("--rule", rule, f"choose from {RULES} or 'both'")
+    if threads is not None and threads < 1:
+        raise UserError("--threads", str(threads), "must be at least 1")
+    if draw < 0:
+        raise UserError("--draw", str(draw), "must be 0 or more")
+
+
+class Replays:
+    """The replays of one trace on one virtual cluster, each policy and rule replayed once
+    (``run``) and kept for the decisions table, or again on another cluster or config
+    (``replayed``: the sweeps)."""
+
+    def __init__(self, cfg, trace: Trace, cluster: VirtualCluster, seed: int, inputs, history):
+        self.cfg, self.trace, self.cluster, self.seed = cfg, trace, cluster, seed
+        self.inputs, self.history = inputs, history
+        self.oracle_rate = cluster.optimum(trace.runtimes)[1]
+        self.runs: dict[tuple[str, str | None], tuple[Replay, Policy]] = {}
+
+    def replayed(self, name: str, rule: str | None, on: VirtualCluster,
+                 cfg=None) -> tuple[Replay, Policy]:
+        """``name`` under ``rule`` replayed on ``on`` (with ``cfg``, else the replay's config)."""
+        policy = build_policy(name, cfg or self.cfg, seed=self.seed,
+                              n_workers=self.trace.n_workers, trace=self.trace, inputs=self.inputs,
+                              history=self.history, comm=on.timing, rule=rule)
+        return on.replay(self.trace.runtimes, policy), policy
+
+    def run(self, name: str, rule: str | None) -> tuple[Replay, Policy]:
+        """``name`` under ``rule`` on the replay's cluster, replayed once."""
+        if (name, rule) not in self.runs:
+            self.runs[name, rule] = self.replayed(name, rule, self.cluster)
+        return self.runs[name, rule]
+
+    def at_period(self, name: str, k: int, default_rule: str) -> Replay:
+        """``name`` under the default rule, deciding every k iterations."""
+        pcfg, r = self.cfg.policies, rule_of(name, default_rule)
+        if k == pcfg.decide_every:
+            return self.run(name, r)[0]
+        every = dataclasses.replace(self.cfg, policies=dataclasses.replace(pcfg, decide_every=k))
+        return self.replayed(name, r, self.cluster, every)[0]
+
+    def row(self, name: str, rule: str | None, threads: int) -> dict:
+        """A policy's row of the table; explore-<p>'s with what exploring cost against p."""
+        result, policy = self.run(name, rule)
+        out = _row(result, self.oracle_rate, rule, threads)
+        if name.startswith("explore-"):
+            inner, _ = self.run(name.removeprefix("explore-"), rule)
+            out["explored_fraction"] = policy.explored / self.trace.n_iterations
+            out["explore_cost"] = 1 - result.gradients_per_s / inner.gradients_per_s
+        return out
+
+    def table(self, policies: list[str], rule: str | None, default_rule: str,
+              threads: int) -> dict[str, dict]:
+        """Every policy's row; with ``rule`` "both", a predictive policy's under each rule too
+        (<policy>/<rule>), its plain row the default rule's; async the reference's."""
+        table: dict[str, dict] = {}
+        for name in policies:
+            if name == ASYNC:
+                table[name] = {**self.cluster.async_reference(self.trace.runtimes),
+                               "mean_cutoff": 1.0,
+                               "cutoff_std": 0.0, "decision_ms_p50": 0.0, "decision_ms_p99": 0.0,
+                               "threads": threads, "rule": None,
+                               "note": "reference: applies every gradient, one at a time, "
+                                       "ignoring staleness; its relative_to_oracle may exceed 1"}
+                table[name]["relative_to_oracle"] = (table[name]["gradients_per_s"]
+                                                     / self.oracle_rate)
+            elif not spec(name).predictive or spec(name).paper:  # no rule to choose
+                table[name] = self.row(name, rule_of(name, default_rule), threads)
+            elif rule == "both":
+                for r in RULES:
+                    table[f"{name}/{r}"] = self.row(name, r, threads)
+                table[name] = dict(table[f"{name}/{default_rule}"])
+            else:
+                table[name] = self.row(name, default_rule, threads)
+        return table
 
 
 SWEEP_TOPOLOGIES = ("ps", "sharded", "ring")
