@@ -32,6 +32,23 @@ TRACE, TASK, POLICY, SEED, JOB = "{trace}", "{task}", "{policy}", "{seed}", "{jo
 STAGE, NAME = "{stage}", "{name}"
 
 
+# A run's policy name, [explore-]<policy>[+<variant>]: it labels the run's folder, its rows and
+# its marks. Its grammar, here only: the registry (bdsgd.policies) says what each part may be.
+EXPLORE = "explore-"  # around a causal policy: bdsgd.policies.explore
+VARIANT = "+"  # the policy trained with its variant's train: keys (bdsgd.policies.VARIANTS)
+
+
+def policy_parts(name: str) -> tuple[str, str]:
+    """(the policy, its variant) of <policy>[+<variant>]; the variant "" where there is none."""
+    policy, _, variant = name.partition(VARIANT)
+    return policy, variant
+
+
+def explored(name: str) -> str | None:
+    """The policy explore-<policy> explores around; None for any other name."""
+    return name.removeprefix(EXPLORE) if name.startswith(EXPLORE) else None
+
+
 def cluster_draw(trace: str, seed: int) -> str:
     """The name of the cluster a convergence run of ``seed`` replays on a simulated ``trace``:
     the trace itself for seed 0, else ``<trace>/draw<seed>``, the scenario drawn again with the

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bdsgd.config import Config
 from bdsgd.errors import UserError
+from bdsgd.layout import explored, policy_parts
 from bdsgd.policies import spec
 from bdsgd.tasks import data_folders
 
@@ -51,7 +52,8 @@ def pilot_traces(cfg: Config) -> dict[str, str]:
 
 def _static(policies) -> bool:
     """Whether ``policies`` run Chen et al.'s static cutoff at policies.static_backups."""
-    return any(p.split("+")[0].removeprefix("explore-") == "static" for p in policies)
+    return any((explored(base) or base) == "static"
+               for base, _ in map(policy_parts, policies))
 
 
 def check(cfg: Config, data: bool = True) -> None:

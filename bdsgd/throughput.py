@@ -47,6 +47,7 @@ from bdsgd.cluster.server import Replay
 from bdsgd.cluster.virtual import VirtualCluster, for_replay, require_server, swept
 from bdsgd.config import default_config
 from bdsgd.errors import UserError
+from bdsgd.layout import explored
 from bdsgd.policies import RULES, is_known, spec
 from bdsgd.policies.base import Policy
 from bdsgd.policies.build import build_policy, load_inputs
@@ -214,8 +215,8 @@ class Replays:
         """A policy's row of the table; explore-<p>'s with what exploring cost against p."""
         result, policy = self.run(name, rule)
         out = _row(result, self.oracle_rate, rule, threads)
-        if name.startswith("explore-"):
-            inner, _ = self.run(name.removeprefix("explore-"), rule)
+        if explored(name) is not None:
+            inner, _ = self.run(explored(name), rule)
             out["explored_fraction"] = policy.explored / self.trace.n_iterations
             out["explore_cost"] = 1 - result.gradients_per_s / inner.gradients_per_s
         return out

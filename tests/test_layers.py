@@ -97,3 +97,14 @@ def test_the_tests_mirror_the_packages():
                if p.is_dir() and p.name not in ("data", "__pycache__")}
     assert folders <= packages | {"workflow"}, folders - packages
     assert all(list((ROOT / "tests" / f).glob("test_*.py")) for f in folders)
+
+
+def test_a_policy_name_is_parsed_in_one_place():
+    """[explore-]<policy>[+<variant>] is split by ``bdsgd.layout.policy_parts`` and
+    ``explored`` alone."""
+    import re
+
+    parse = re.compile(r"""(partition|split|removeprefix|startswith)\(["'](\+|explore-)["']\)""")
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "bdsgd").rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if parse.search(line)]
+    assert found == []

@@ -11,7 +11,7 @@ library.
 from bdsgd.plotting import FIGURE_FORMATS, figure_files
 
 __all__ = ["FIGURES", "DRAW_FIGURES", "FIGURE_FORMATS", "figure_files", "POLICY_COLOURS", "POLICY_DASHES",
-           "FALLBACK_COLOURS", "VARIANT_DASHES", "EXPLORE_PREFIX", "VARIANT_SEP"]
+           "FALLBACK_COLOURS", "VARIANT_DASHES"]
 
 FIGURES = {
     "reviewers": ("reviewers.csv", "reviewers.rst", "Reviewer questions"),
@@ -88,7 +88,3 @@ FALLBACK_COLOURS = ("#117733", "#882255", "#999933", "#AA4499")
 VARIANT_DASHES = {"progress": (0, (6, 2, 1, 2)), "throughput": (0, (1, 1)),
                   "lr-linear": (0, (8, 2)), "lr-sqrt": (0, (4, 1, 1, 1, 1, 1)),
                   "lr-none": (0, (2, 3))}
-EXPLORE_PREFIX = "explore-"
-# <policy>+<variant>: the policy trained with other train: keys (bdsgd.policies.VARIANTS), an arm
-# of the convergence runs of its own; ``ablations`` draws each beside its policy.
-VARIANT_SEP = "+"

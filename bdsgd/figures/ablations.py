@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from bdsgd.figures import VARIANT_SEP
 from bdsgd.figures.verdicts import phrases
+from bdsgd.layout import policy_parts
 from bdsgd.plotting import save_figure
 from bdsgd.stats import time_to_target_stats
 
@@ -34,8 +34,8 @@ VARIANT_MARKERS = {"": "o", "progress": "s", "throughput": "P", "lr-linear": "v"
 def ablation_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per task and trace, every policy run with variants, and each of its arms (the plain policy
     first, then its variants by name): ABLATION_COLUMNS. Empty when no run is a variant's."""
-    parts = summary["policy"].str.partition(VARIANT_SEP)
-    runs = summary.assign(base=parts[0], variant=parts[2])
+    parts = [policy_parts(p) for p in summary["policy"]]
+    runs = summary.assign(base=[b for b, _ in parts], variant=[v for _, v in parts])
     ablated = runs.loc[runs["variant"] != "", ["task", "trace", "base"]].drop_duplicates()
     runs = runs.merge(ablated, on=["task", "trace", "base"])
     cutoffs = runs.groupby(KEYS).agg(

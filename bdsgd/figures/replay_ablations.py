@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from bdsgd.figures.verdicts import CONFIDENCE, verdict
+from bdsgd.layout import explored
 from bdsgd.stats import block_ratio_interval
 
 COLUMNS = ["trace", "ablation", "arm", "policy", "relative_to_oracle", "mean_cutoff",
@@ -79,7 +80,7 @@ def _bars(ax, rows: pd.DataFrame, column: str, fmt: str, policy_style) -> None:
         value = getattr(r, column)
         style = policy_style(r.policy)
         ax.bar(i, value, color=style["color"], alpha=0.5 if r.arm in ("impute", "finish") else 0.9,
-               hatch="//" if r.policy.startswith("explore-") else None, edgecolor="k", lw=0.6)
+               hatch="//" if explored(r.policy) is not None else None, edgecolor="k", lw=0.6)
         ax.annotate(fmt.format(value), (i, value), xytext=(0, 2), textcoords="offset points",
                     ha="center", va="bottom" if value >= 0 else "top", fontsize=8)
     ax.set_xticks(range(len(rows)), labels, fontsize=8, rotation=20, ha="right")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bdsgd.figures import VARIANT_SEP
+from bdsgd.layout import policy_parts
 from bdsgd.stats import block_ratio_interval, median_interval
 
 LEVEL = 0.01  # a ratio within 1 % of 1 is level (docs/decisions.md)
@@ -85,7 +85,7 @@ def _pairs(policies, strongest: str | None):
     references = [r for r in (*REFERENCES, strongest) if r in policies]
     compared = [p for p in policies if not p.startswith(("oracle", "bayes"))]
     return [(p, r) for p in compared
-            for r in dict.fromkeys([*references, p.partition(VARIANT_SEP)[0]])
+            for r in dict.fromkeys([*references, policy_parts(p)[0]])
             if p != r and r in policies]
 
 

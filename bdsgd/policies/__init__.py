@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from bdsgd.cluster.schedules import is_mode
+from bdsgd.layout import explored, policy_parts
 
 RULES = ("rate", "ratio")  # the decision rules of a predictive policy (policies.base.decide)
 
@@ -82,7 +83,6 @@ def backups_of(name: str) -> float | None:
 # so that an ablation is one experiment: the cutoff's objective (reviewers ask whether expected
 # loss decrease per second beats gradients per second) and the learning rate's scaling with the
 # accepted batch (whether linear scaling is what makes a cut batch train as well).
-VARIANT_SEP = "+"
 VARIANTS = {
     "progress": {"objective": "progress"},
     "throughput": {"objective": "throughput"},
@@ -97,8 +97,8 @@ def variant(name: str) -> tuple[str, dict]:
     without one. A ValueError for an unknown variant, and for one that changes nothing the
     policy reads: train.objective moves a predictive policy's cutoff only, and train.lr_scaling
     a step of c < n gradients only, which sync never takes."""
-    base, sep, name_of = name.partition(VARIANT_SEP)
-    if not sep:
+    base, name_of = policy_parts(name)
+    if not name_of:
         return name, {}
     if name_of not in VARIANTS:
         raise ValueError(f"unknown variant {name_of!r} of {name!r}; choose from "
@@ -121,10 +121,10 @@ def spec(name: str) -> Spec:
 
 def _spec(name: str) -> Spec:
     """``spec`` of a name without a variant."""
-    base = name.removeprefix("explore-")
+    base = explored(name) or name
     if backups_of(base) is not None:
         base = "static"
-    if base not in SPECS or (name.startswith("explore-") and SPECS[base].needs_future):
+    if base not in SPECS or (explored(name) is not None and SPECS[base].needs_future):
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(NAMES)}, "
                          "static-<p>pct, explore-<causal policy> or <policy>+<variant>")
     return SPECS[base]

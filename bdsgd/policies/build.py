@@ -22,6 +22,7 @@ import numpy as np
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
 from bdsgd.errors import UserError
+from bdsgd.layout import explored
 from bdsgd.policies import Spec, backups_of, spec, variant
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
         raise UserError(history.file, "workers",
                         f"{history.n_workers} workers; the run has {n_workers}")
     backups = cfg.policies.static_backups
-    if base.removeprefix("explore-") == "static" and backups >= 1 and backups >= n_workers:
+    if (explored(base) or base) == "static" and backups >= 1 and backups >= n_workers:
         raise UserError(cfg.source, "policies.static_backups", f"{backups:g} backup workers "
                         f"leave none of the {n_workers} workers to wait for")
     comm = cfg.throughput.comm_s if comm is None else comm
@@ -189,8 +190,8 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         raise ValueError(f"{name} needs the simulator's truth")
     if need.needs_future and runtimes is None:
         raise ValueError(f"{name} needs the trace's run-times")
-    if name.startswith("explore-"):
-        inner = make_policy(name.removeprefix("explore-"), n_workers, cfg, rule=rule, seed=seed,
+    if explored(name) is not None:
+        inner = make_policy(explored(name), n_workers, cfg, rule=rule, seed=seed,
                             comm=comm, model=model, truth=truth, offset=offset,
                             objective=objective, batch=batch, lr_scaling=lr_scaling)
         return Explore(inner, n_workers, cfg.explore_prob, seed)

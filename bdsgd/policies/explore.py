@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from bdsgd.layout import EXPLORE
 from bdsgd.policies.base import Policy, Wrapper
 
 
 class Explore(Wrapper):
     def __init__(self, inner: Policy, n_workers: int, prob: float, seed: int):
         super().__init__(inner)
-        self.name = f"explore-{inner.name}"
+        self.name = f"{EXPLORE}{inner.name}"
         self.n, self.prob = n_workers, prob
         self.rng = np.random.default_rng(seed)
         self.explored = 0
