@@ -12,7 +12,7 @@ import sys
 from bdsgd import commands, flags
 from bdsgd.cluster.clock import LATE
 from bdsgd.config import CENSORING, EMISSIONS
-from bdsgd.errors import reader_left, run_entry_point
+from bdsgd.entry import reader_left, run_entry_point
 from bdsgd.ladder import TRAINED
 from bdsgd.policies import RULES, SPECS, VARIANTS
 from bdsgd.schema import TASKS

@@ -420,7 +420,7 @@ def test_edge_split_and_replay_run(ws, capsys):
 
 def test_a_kill_after_the_last_iteration_is_a_warning(tmp_path, capsys):
     from bdsgd.distributed.launch import job_from_args
-    from bdsgd.errors import show_messages
+    from bdsgd.entry import show_messages
 
     show_messages()  # as the command's entry point does
     job = job_from_args(build_parser().parse_args([*DISTRIBUTED[:-1], str(tmp_path / "r.json"),

@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 from bdsgd import tracking
 from bdsgd.config import Config, ModelConfig
-from bdsgd.errors import Stopped, UserError, stop_requests
+from bdsgd.entry import stop_requests
+from bdsgd.errors import Stopped, UserError
 from bdsgd.io import write_with
 from bdsgd.provenance import stamp
 from bdsgd.runtime_model.checkpoint import checkpoint, read_state

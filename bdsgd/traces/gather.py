@@ -54,7 +54,8 @@ import torch.distributed as dist
 
 from bdsgd.config import GatherConfig
 from bdsgd.devices import rank_env, select_device, slurm_rendezvous
-from bdsgd.errors import UserError, run_entry_point
+from bdsgd.entry import run_entry_point
+from bdsgd.errors import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from bdsgd.cluster.schedules import ASYNC, CYCLIC
 from bdsgd.cluster.virtual import network, require_server
 from bdsgd.config import Config
 from bdsgd.devices import torch_settings
-from bdsgd.errors import stop_requests
+from bdsgd.entry import stop_requests
 from bdsgd.policies.build import load_inputs, policy_variant
 from bdsgd.sgd import rate_at_n
 from bdsgd.tasks import gradient_bytes

@@ -1,6 +1,6 @@
 """What every training mode does before and around its loop: read and check its inputs once
 (``prepare``), build the network, checkpoint and resume (a damaged checkpoint is a one-line error
-naming it: the run is never silently redone from zero). Stop requests: ``bdsgd.errors``.
+naming it: the run is never silently redone from zero). Stop requests: ``bdsgd.entry``.
 
 The modes (``synchronous``: a cutoff policy per iteration; ``asynchronous``; ``cyclic``) differ
 only in when gradients are computed and applied; ``bdsgd.training.record`` writes their rows.
