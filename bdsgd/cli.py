@@ -199,9 +199,10 @@ def _throughput(sub) -> None:
                    help="override network.late: whether the workers a cutoff leaves out drop "
                         "their gradient or finish it (and show the server their run-time)")
     p.add_argument("--draw", type=int, default=0, metavar="D",
-                   help="the cluster draw replayed: a recorded trace's draw D > 0 starts at the "
-                        "fraction frac(D x 0.618) of it and wraps round (a simulated trace's "
-                        "draws are traces of their own: replayed whole); default 0")
+                   help="the cluster draw replayed: a recorded trace's draw D > 0 is the half of "
+                        "it that starts at the fraction frac(D x 0.618) and wraps round (a "
+                        "simulated trace's draws are traces of their own: replayed whole); "
+                        "default 0")
     p.set_defaults(func=commands.cmd_throughput)
 
 

@@ -82,7 +82,7 @@ def _describe(trace: Trace, path: str, cluster: VirtualCluster, oracle_rate: flo
     return {
         "path": str(path), "n_iterations": trace.n_iterations, "n_workers": trace.n_workers,
         "time_unit": trace.meta.get("time_unit", "s"), "source": trace.meta.get("source"),
-        "starts_at": trace.meta.get("rotated", 0),  # a recorded trace's draw (replay_start)
+        "starts_at": trace.meta.get("rotated", 0),  # a recorded trace's draw (draw_block)
         "runtime_mean": float(x.mean()), "runtime_median": float(np.median(x)),
         "runtime_cv": float(x.std() / x.mean()),
         "straggler_ratio_mean": float((x.max(axis=1) / np.median(x, axis=1)).mean()),
@@ -107,13 +107,13 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     ``threads``: torch's CPU threads for the replay, the process's restored after (None: the
     config's ``resources.throughput_threads``). ``comm_s`` and ``late`` (what the workers a
     cutoff leaves out do) None: the config's. ``draw``: the cluster draw replayed
-    (``traces.schema.replay_start``): a recorded trace's draw d > 0 starts elsewhere in it; a
-    simulated trace's draws are files of their own, replayed whole.
+    (``traces.schema.draw_block``): a recorded trace's draw d > 0 is the half of it that starts
+    elsewhere in it; a simulated trace's draws are files of their own, replayed whole.
     """
     from bdsgd.io import write_json, write_with
     from bdsgd.provenance import stamp
     from bdsgd.traces.io import read_trace
-    from bdsgd.traces.schema import replay_start
+    from bdsgd.traces.schema import draw_block
 
     resolved = cfg if cfg is not None else default_config()
     _check_request(policies, rule, threads, draw)
@@ -121,7 +121,7 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     seed = resolved.seed if seed is None else seed
     threads = resolved.resources.throughput_threads if threads is None else threads
     trace_path = str(trace_path)
-    trace = replay_start(read_trace(trace_path), draw)
+    trace = draw_block(read_trace(trace_path), draw)
     require_complete(trace, trace_path)
     require_cutoff(trace, trace_path)
     cluster = for_replay(resolved, trace, comm_s, late)

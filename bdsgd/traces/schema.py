@@ -292,3 +292,14 @@ def replay_start(trace: Trace, seed: int) -> Trace:
     if trace.meta.get("source") == "simulate" or seed == 0:
         return trace
     return trace.rotated(round((seed * GOLDEN) % 1 * trace.n_iterations))
+
+
+def draw_block(trace: Trace, draw: int) -> Trace:
+    """The iterations a throughput replay of cluster draw ``draw`` covers: of a recorded trace,
+    draw d > 0 is the half of it that starts where ``replay_start`` starts it (a moving block:
+    a whole rotation would replay the same iterations, and sync's throughput with them);
+    a simulated trace's draws are traces of their own, replayed whole."""
+    start = replay_start(trace, draw)
+    if start is trace:
+        return trace
+    return start.slice(0, max(trace.n_iterations // 2, 1))
