@@ -169,31 +169,41 @@ def _ablations(cfg: Config) -> list[Job]:
 
 
 def _draws(cfg: Config) -> list[Job]:
-    """The clusters drawn for run seeds (``Config.cluster_of``): each simulated and split, and
-    the runs' run-time model (model.pt) trained on it where a run's policy reads one; and the
-    paper's (paper.pt) of every trace and cluster whose replay or runs read it."""
-    res, tc = cfg.resources, cfg.training()
+    """The clusters drawn for run seeds and for the throughput study's draws
+    (``Config.cluster_of``): each simulated and split, and the run-time model (model.pt)
+    trained on it where a run's or a draw's replayed policy reads one; the paper's (paper.pt) of
+    every trace and cluster whose replay or runs read it; a replay of every further draw of
+    every trace (``throughput.draws``), and the study's figures."""
+    res, tc, draws = cfg.resources, cfg.training(), cfg.throughput.draws
     runs, replays = model_files(tc.policies), model_files(cfg.throughput.policies)
-    # the paper's model of every trace whose replay or ladder reads it
     out = []
     papers = set(cfg.traces) if "paper.pt" in replays else set(cfg.throughput.ablations.traces)
-    for trace in cfg.train_traces():
-        clusters = {cfg.cluster_of(trace, seed) for seed in tc.seeds}
-        drawn = len(clusters - {trace})
+    for trace in cfg.traces:
+        of_runs = ({cfg.cluster_of(trace, seed) for seed in tc.seeds}
+                   if trace in cfg.train_traces() else set())
+        of_draws = {cfg.cluster_of(trace, d) for d in range(draws)}
+        drawn = (of_runs | of_draws) - {trace}
         if drawn:
-            out += [Job("simulate_trace", f"{trace} draws", drawn, 0, res.simulate_mem_mb,
+            out += [Job("simulate_trace", f"{trace} draws", len(drawn), 0, res.simulate_mem_mb,
                         res.simulate_runtime_min, None),
-                    Job("split_simulated_trace", f"{trace} draws", drawn, 0, None, None, 0.0)]
-        if drawn and "model.pt" in runs:
-            out.append(Job("train_model", f"{trace} draws", drawn, 0, res.model_mem_mb,
+                    Job("split_simulated_trace", f"{trace} draws", len(drawn), 0, None, None,
+                        0.0)]
+        modelled = (of_runs - {trace} if "model.pt" in runs else set()) | (
+            of_draws - {trace} if "model.pt" in replays else set())
+        if modelled:
+            out.append(Job("train_model", f"{trace} draws", len(modelled), 0, res.model_mem_mb,
                            res.model_runtime_min, None))
-        papers |= clusters if "paper.pt" in runs else set()
+        papers |= (of_runs if "paper.pt" in runs else set()) | (
+            of_draws if "paper.pt" in replays else set())
     if "paper.pt" in model_files([job.policy for job in cfg.distributed.jobs.values()]):
         papers.add(cfg.train_traces()[0])  # a distributed job's policy reads the first trace's
     if papers:
         out.append(Job("train_paper_model", "paper's models", len(papers), 0, res.model_mem_mb,
                        res.model_runtime_min, None))
-    return out
+    if draws > 1:
+        out.append(Job("throughput_draw", "draws", len(cfg.traces) * (draws - 1), 0,
+                       res.throughput_mem_mb, res.throughput_runtime_min, None))
+    return out + [Job("throughput_study", cfg.experiment, 1, 0, None, None, 0.0)]
 
 
 def bill_device(cfg: Config, device: str | None) -> str:

@@ -30,11 +30,6 @@ from tests.helpers import (
 
 
 @pytest.fixture
-def trace_path(tmp_path: Path) -> Path:
-    return write(tmp_path, np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS)))
-
-
-@pytest.fixture
 def equal_trace(tmp_path: Path) -> Path:
     return write(tmp_path, np.ones((T_ROWS, N_WORKERS)), "equal")
 

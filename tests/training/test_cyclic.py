@@ -23,11 +23,6 @@ from bench_events import async_per_event, cyclic_per_event  # noqa: E402
 sys.path.pop(0)
 
 
-@pytest.fixture
-def trace_path(tmp_path: Path) -> Path:
-    return write(tmp_path, np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS)))
-
-
 @pytest.mark.parametrize("comm_s", [0.0, 0.05, 2.0])
 @pytest.mark.parametrize("slow", [False, True])
 def test_schedules_equal_the_per_event_loops(comm_s, slow):

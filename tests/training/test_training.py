@@ -6,7 +6,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,12 +34,6 @@ from tests.helpers import (
     summary,
     write,
 )
-
-
-@pytest.fixture
-def trace_path(tmp_path: Path) -> Path:
-    runtimes = np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
-    return write_trace(from_arrays(runtimes), tmp_path / "trace.parquet")
 
 
 def test_time_to_target_is_first_evaluated_time_at_or_above_target():
