@@ -58,9 +58,15 @@ def test_empty_value_is_nan_and_rejected(tmp_path):
                  "finite and > 0")
 
 
-def test_duplicate_rejected(tmp_path):
-    text = "iteration,worker,runtime_s\n0,0,1\n0,1,1\n0,1,2\n"
-    expect_error(tmp_path, text, "row 2, iteration/worker", "duplicate (iteration 0, worker 1)")
+@pytest.mark.parametrize("text, field, message", [
+    ("iteration,worker,runtime_s\n0,0,1\n0,1,1\n0,1,2\n", "row 2, iteration/worker",
+     "duplicate (iteration 0, worker 1)"),
+    ("iteration,worker,runtime_s,node\n0,0,1,0\n0,1,1,0\n1,0,1,0\n1,1,1,1\n", "node",
+     "worker 1 changes node"),
+    ("iteration,worker,runtime_s,comm_s\n0,0,1,0.1\n0,1,1,-0.1\n", "row 1, comm_s", ">= 0"),
+], ids=["duplicate", "worker changing node", "negative comm"])
+def test_bad_table_rejected(tmp_path, text, field, message):
+    expect_error(tmp_path, text, field, message)
 
 
 def test_missing_worker_rejected_but_censored_row_ok(tmp_path):
@@ -104,16 +110,6 @@ def test_unknown_column_strict_and_lenient(tmp_path):
     with pytest.raises(UserError, match="x.parquet: gpu_temp: unknown column"):
         read_trace(tmp_path / "x.parquet")
     assert read_trace(tmp_path / "x.parquet", strict=False).n_workers == 2
-
-
-def test_worker_changing_node_rejected(tmp_path):
-    text = "iteration,worker,runtime_s,node\n0,0,1,0\n0,1,1,0\n1,0,1,0\n1,1,1,1\n"
-    expect_error(tmp_path, text, "node", "worker 1 changes node")
-
-
-def test_negative_comm_rejected(tmp_path):
-    text = "iteration,worker,runtime_s,comm_s\n0,0,1,0.1\n0,1,1,-0.1\n"
-    expect_error(tmp_path, text, "row 1, comm_s", ">= 0")
 
 
 def test_row_named_by_index_label_after_filtering():
