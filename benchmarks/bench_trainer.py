@@ -82,29 +82,30 @@ def write_idx(path: Path, array: np.ndarray) -> None:
     path.write_bytes(header + array.astype(np.uint8).tobytes())
 
 
-def synthetic_mnist(root: Path, seed: int = 0) -> None:
+def synthetic_mnist(root: Path, seed: int = 0, images: int = 60_000) -> None:
+    """The idx files of ``images`` training images and a sixth as many test images."""
     rng = np.random.default_rng(seed)
     prototypes = rng.integers(0, 256, (10, 28, 28))  # shared by the training and test images
-    for prefix, n in (("train", 60_000), ("t10k", 10_000)):
+    for prefix, n in (("train", images), ("t10k", images // 6)):
         images, labels = learnable_images(rng, prototypes, n)
         write_idx(root / "MNIST" / "raw" / f"{prefix}-images-idx3-ubyte", images)
         write_idx(root / "MNIST" / "raw" / f"{prefix}-labels-idx1-ubyte", labels)
 
 
-def synthetic_cifar10(root: Path, seed: int = 0) -> None:
-    """The python version's pickles: 5 training batches and a test batch of 10,000 images, each
-    row the R, G and B planes of a 32x32 image, and batches.meta."""
+def synthetic_cifar10(root: Path, seed: int = 0, images: int = 50_000) -> None:
+    """The python version's pickles: 5 training batches and a test batch of ``images`` / 5
+    images each, each row the R, G and B planes of a 32x32 image, and batches.meta."""
     rng = np.random.default_rng(seed)
     base = root / "cifar-10-batches-py"
     base.mkdir(parents=True, exist_ok=True)
     prototypes = rng.integers(0, 256, (10, 3 * 32 * 32))  # shared by every batch
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        images, labels = learnable_images(rng, prototypes, 10_000)
-        batch = {"batch_label": name, "labels": labels.tolist(), "data": images,
+        pixels, labels = learnable_images(rng, prototypes, images // 5)
+        batch = {"batch_label": name, "labels": labels.tolist(), "data": pixels,
                  "filenames": [f"{name}_{i}.png" for i in range(len(labels))]}
         (base / name).write_bytes(pickle.dumps(batch))
     meta = {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
-                            "horse", "ship", "truck"], "num_cases_per_batch": 10_000}
+                            "horse", "ship", "truck"], "num_cases_per_batch": images // 5}
     (base / "batches.meta").write_bytes(pickle.dumps(meta))
 
 

@@ -103,7 +103,7 @@ def paper_config(args, data: Path, device: str) -> dict:
     train = paper["train"]
     recipes = {t: {k: v for k, v in r.items() if k not in ("epochs", "eval_every")}
                for t, r in train.get("recipes", {}).items() if t in args.tasks}
-    chunk = 64 if args.tiny else train["chunk_samples"]
+    chunk = 8 if args.tiny else train["chunk_samples"]
     return {
         "experiment": "gpu-check", "seed": 0,
         "traces": {"t": {"source": "simulate", "simulate": {
@@ -137,8 +137,8 @@ def main() -> None:
                    help="synthetic ImageNet JPEGs per split (256 x 256)")
     p.add_argument("--threads", type=int, default=8, help="torch threads (train.threads)")
     p.add_argument("--tiny", action="store_true",
-                   help="toy sizes (4 workers, 3 iterations, batch 4, small images): the path "
-                        "end to end in a minute on a CPU")
+                   help="toy sizes (4 workers, 3 iterations, batch 4, chunks of 8, 600 small "
+                        "images a data set): the path end to end in seconds on a CPU")
     p.add_argument("--out", help="folder for the data and the runs (default: a temporary one)")
     add_option(p)
     args = p.parse_args()
@@ -152,7 +152,9 @@ def check(args) -> None:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_check_"))
     data = out / "data"
     started = time.perf_counter()
-    writers = {"mnist": synthetic_mnist, "cifar10": synthetic_cifar10,
+    images = 600 if args.tiny else None  # MNIST's and CIFAR-10's training images
+    writers = {"mnist": lambda root: synthetic_mnist(root, images=images or 60_000),
+               "cifar10": lambda root: synthetic_cifar10(root, images=images or 50_000),
                "imagenet": lambda root: synthetic_imagenet(root, args.imagenet_images,
                                                            64 if args.tiny else 256)}
     for task in args.tasks:

@@ -248,8 +248,10 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
     names), run by hand in ``workdir`` in the DAG's order: the commands its rules run, with the
     files its layout names and the threads Snakemake gives each job (OMP_NUM_THREADS=1: every
     rule's threads at the schema's defaults), each reading ``config`` itself (no stage config
-    files: no Snakemake at all), in ``env`` (default: this process's environment). Fails on the
-    first command that fails."""
+    files: no Snakemake at all), in ``env`` (default: this process's environment). The commands
+    run one after another in one Python process (``STAGES``: bdsgd's ``main`` as the console
+    script calls it), which imports torch once, not once a stage: a stage that left state behind
+    for the next would show in the tables. Fails on the first command that fails."""
     import yaml
 
     from bdsgd.config import from_dict, trace_names
@@ -267,29 +269,23 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
         flag = {"model.pt": "--model", "paper.pt": "--paper-model"}
         return [a for file in model_files(policies) for a in (flag[file], paths.model(cluster, file))]
 
+    commands: list[tuple[list[str], str | None]] = []  # (arguments, the file stdout goes to)
+    made: set[str] = set()  # the models and drawn clusters the commands make
+
     def train_models(cluster, policies, *always: str):
         """Train ``cluster``'s run-time models that ``policies`` read (and ``always``'s), those
         not trained yet."""
         for file in sorted({*always, *model_files(policies)}):
-            if (workdir / paths.model(cluster, file)).exists():
+            if paths.model(cluster, file) in made:
                 continue
+            made.add(paths.model(cluster, file))
             prior = [] if file == "paper.pt" else ["--prior", paths.prior()]
             bdsgd("model", "train", paths.trace(cluster, "train"), "--config", config, "--out",
                   paths.model(cluster, file), "--quiet", "--trace-name", cluster,
                   *(["--paper"] if file == "paper.pt" else []), *prior)
 
     def bdsgd(*args, stdout: str | None = None) -> None:
-        args = [str(a) for a in args]
-        out = workdir / stdout if stdout else None
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        proc = run_stoppable([sys.executable, "-m", "bdsgd", *args], cwd=workdir, env=env,
-                             timeout=600)
-        if proc.returncode != 0:
-            raise AssertionError(f"bdsgd {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        if out is not None:
-            out.write_text(proc.stdout)
+        commands.append(([str(a) for a in args], stdout))
 
     def drawn(trace, seed):
         """The cluster of ``trace`` for run seed or draw ``seed`` (a recorded trace: itself),
@@ -297,7 +293,8 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
         if cfg["traces"][trace]["source"] != "simulate":
             return trace
         cluster = cluster_draw(trace, seed)
-        if cluster != trace and not Path(workdir / paths.trace(cluster)).exists():
+        if cluster != trace and paths.trace(cluster) not in made:
+            made.add(paths.trace(cluster))
             bdsgd("traces", "simulate", "--config", config, "--name", trace, "--seed",
                   cfg.get("seed", 0) + seed, "--out", paths.trace(cluster))
             bdsgd("traces", "split", paths.trace(cluster), "--train-fraction",
@@ -357,6 +354,27 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
                           "--out", paths.run_dir(trace, task, policy, seed))
     bdsgd("figures", paths.results, "--out", paths.figures)
     bdsgd("figures", paths.results, "--out", paths.figures, "--draws")
+    proc = run_stoppable([sys.executable, "-c", STAGES, json.dumps(commands)], cwd=workdir,
+                         env=env, timeout=1200)
+    if proc.returncode != 0:
+        raise AssertionError(f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+# The stages by hand's process: each command as `bdsgd ARGS [> FILE]` runs it, in order, until
+# one fails (its arguments and status on stderr).
+STAGES = """
+import contextlib, json, pathlib, sys
+from bdsgd.cli import main
+for args, stdout in json.loads(sys.argv[1]):
+    out = pathlib.Path(stdout) if stdout else None
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") if out else contextlib.nullcontext(sys.stdout) as f:
+        with contextlib.redirect_stdout(f):
+            code = main(args)
+    if code:
+        sys.exit(f"bdsgd {' '.join(args)} exited {code}")
+"""
 
 
 def job_stats(out: str) -> dict[str, int]:

@@ -206,15 +206,23 @@ STRAGGLER = {"workers": 1, "policy": "static", "iterations": 30, "delay_s": 0.02
 # machine's disk: no latency to wait.
 FAST = ("--latency-wait", "5", "--seconds-between-status-checks", "2")
 # profile -> its flags for a test, how its output names a submitted job's SLURM id, and the
-# targets it makes (None: the whole DAG). profiles/slurm runs every rule; profiles/cluster-generic,
-# whose submission and status scripts are what it adds, the imported trace's stages (import,
-# split, run-time model, throughput) and the distributed job: the same kinds of job (one core,
-# a model's threads, workers + 1 tasks) at a third of the CPU.
+# targets it makes: between them every rule that runs as a job, at its own resource request.
+# profiles/slurm the simulated trace's stages (a drawn cluster, the prior, run-time models, their
+# evaluation, the throughput replay and a further draw's, the trace's figures, the pilot and a
+# convergence run that reads a model); profiles/cluster-generic, whose submission and status
+# scripts are what it adds, the imported trace's stages (its description too) and the
+# distributed job (workers + 1 tasks). The figures of the whole DAG (rules figures and
+# throughput_study) read every result: they run in the local DAG and by hand.
 PROFILES = {
     "slurm": ((*FAST, "--slurm-init-seconds-before-status-checks", "2"),
-              r"has been submitted with SLURM jobid (\d+)", None),
+              r"has been submitted with SLURM jobid (\d+)",
+              ("results/tiny/throughput/sim/draw1/throughput.json",
+               "results/tiny/models/sim/evaluation.json",
+               "results/tiny/runs/sim/digits/bdsgd/seed0/metrics.parquet",
+               "figures/tiny/traces/sim_heatmap.png")),
     "cluster-generic": (FAST, r"with external jobid '(\d+)'",
                         ("results/tiny/throughput/pai/throughput.json",
+                         "results/tiny/traces/pai/describe.json",
                          "results/tiny/distributed/straggler/result.json")),
 }
 MAX_RUN_S = 600
@@ -269,7 +277,7 @@ def run_profile(profile: str, run_dir: Path, config: Path, env: dict[str, str],
     run_dir.mkdir()
     start = time.monotonic()
     # the targets first: an option of many values (--set-resources) would take them
-    proc = snakemake(*(targets or ()), "--snakefile", str(REPO / "Snakefile"), "--directory",
+    proc = snakemake(*targets, "--snakefile", str(REPO / "Snakefile"), "--directory",
                      str(run_dir), "--profile", str(REPO / "profiles" / profile), "--configfile",
                      str(config), *flags, *args, timeout=timeout, env=env)
     took = time.monotonic() - start
