@@ -214,15 +214,12 @@ def cmd_ladder(args):
 
 
 def cmd_train(args):
-    from bdsgd.policies.build import policy_variant
-    from bdsgd.stages import load_stage_config
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     check_output("--out", args.out, folder=True)
-    cfg = load_stage_config(args.config, "train", args.task, policy_variant(args.policy)[1])
-    train_run(cfg, task=args.task, policy=args.policy, seed=args.seed, trace_path=args.trace,
-              out_dir=args.out, model_path=args.model, history_path=args.history,
-              paper_model_path=args.paper_model)
+    train_run(run_spec(args.config, args.task, args.policy, args.seed, args.trace, args.out,
+                       model_path=args.model, history_path=args.history,
+                       paper_model_path=args.paper_model))
 
 
 def cmd_pilot(args):
@@ -232,7 +229,7 @@ def cmd_pilot(args):
     from bdsgd.training.pilot import run_pilot
 
     check_output("--out", args.out, folder=True)
-    cfg = load_stage_config(args.config, "pilot")
+    cfg = load_stage_config(args.config, "pilot", args.task)
     if args.source:
         cfg = dataclasses.replace(cfg, source=args.source)
     run_pilot(cfg, args.task, args.trace, args.history, args.out)

@@ -60,7 +60,7 @@ from bdsgd.sgd import sgd_step
 from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.simulate import simulate
-from bdsgd.training import synchronous, train_run
+from bdsgd.training import run_spec, synchronous, train_run
 
 
 def learnable_images(rng, prototypes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,8 +184,8 @@ def run(cfg, task: str, policy: str, paths: dict, out: Path, model_path):
         with (open(out / "train.log", "w") as log, contextlib.redirect_stdout(log),
               contextlib.redirect_stderr(log), warnings.catch_warnings(record=True) as caught):
             warnings.simplefilter("always")
-            train_run(cfg, task, policy, 0, paths["test"], out, model_path=model_path,
-                      history_path=paths["train"])
+            train_run(run_spec(cfg, task, policy, 0, paths["test"], out, model_path=model_path,
+                      history_path=paths["train"]))
     finally:
         synchronous.sgd_step = sgd_step
     loop = (stamps[-1] - stamps[1]) / (len(stamps) - 2) if len(stamps) > 2 else float("nan")

@@ -315,11 +315,11 @@ def run_on_slurm(workdir: Path, config: Path, env: dict[str, str] | None = None)
 
 # ------------------------------------------------------ a convergence run past its time limit
 # One convergence run of the tiny config (static: no run-time model to train first) that needs
-# about 200 s on one core here, a union batch of 1200 digits an iteration, against a time limit of
+# about 150 s on one core here, a union batch of 1200 digits an iteration, against a time limit of
 # one minute (SLURM's shortest): no single job finishes it, on a machine twice as fast neither
 # (the warning reaches a job 29 to 59 s in). Test evaluations and checkpoints every 2000
 # iterations, and a checkpoint when it stops.
-LONG_RUN = {"policies": ["static"], "batch_size": 200, "max_iterations": 80_000,
+LONG_RUN = {"policies": ["static"], "batch_size": 200, "max_iterations": 60_000,
             "eval_every": 2000, "checkpoint_every": 2000}
 # The profiles' warning (180 s before the limit) is longer than the whole minute: SLURM would
 # send it at the job's start, before bdsgd listens. The test asks for 1 s, which SLURM's checks

@@ -392,11 +392,10 @@ def _train_args(tmp_path):
 
 
 def _identity(config, trace, run) -> dict:
-    from bdsgd.stages import load_stage_config
+    from bdsgd.training import run_spec
     from bdsgd.training.run import prepare
 
-    return prepare(load_stage_config(config, "train"), "digits", "sync", 0, trace, run,
-                   None).identity
+    return prepare(run_spec(config, "digits", "sync", 0, trace, run)).identity
 
 
 TRAIN_CHECKPOINT = {

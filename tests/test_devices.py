@@ -87,10 +87,10 @@ def test_model_evaluate_records_its_threads(tmp_path):
 
 
 def test_a_convergence_run_records_its_threads(tmp_path, small_trace):
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     cfg = make_cfg(max_iterations=6, eval_every=3, threads=1)
-    train_run(cfg, task="digits", policy="ecdf", seed=0, trace_path=small_trace,
-              out_dir=tmp_path / "run")
+    train_run(run_spec(cfg, task="digits", policy="ecdf", seed=0, trace_path=small_trace,
+              out_dir=tmp_path / "run"))
     wallclock = json.loads((tmp_path / "run" / "result.json").read_text())["wallclock"]
     assert wallclock["threads"] == 1 and "decision_latency_p50_s" in wallclock

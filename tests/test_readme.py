@@ -156,3 +156,13 @@ def test_every_image_the_readme_shows_is_in_the_repository():
     tracked = subprocess.run(["git", "ls-files", *images], cwd=REPO, capture_output=True,
                              text=True, check=True).stdout.split()
     assert images and sorted(tracked) == sorted(set(images))
+
+
+def test_each_decision_is_a_short_entry():
+    """docs/decisions.md: each entry (### heading) at most 8 lines: the decision, why, what was
+    measured and a link to the numbers; narratives of results live in benchmarks/results.md."""
+    text = (REPO / "docs/decisions.md").read_text()
+    entries = re.findall(r"^### (.*?)(?=^#{2,3} |\Z)", text, re.MULTILINE | re.DOTALL)
+    long = {e.splitlines()[0]: n for e in entries
+            if (n := sum(1 for line in e.splitlines()[1:] if line.strip())) > 8}
+    assert len(entries) > 50 and long == {}

@@ -18,7 +18,7 @@ from bdsgd.errors import UserError
 from bdsgd.tasks import WorkerStreams, load_task, shift_and_flip
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -140,7 +140,7 @@ def test_one_training_iteration_on_each_format(tmp_path, name, make, cifar_witho
                                "batch_size": 1, "max_iterations": 1, "eval_every": 1,
                                # decoded in the run's process: the loaders' own test is below
                                "loader_workers": 0}})
-    run = train_run(cfg, name, "sync", 0, trace, tmp_path / "run")
+    run = train_run(run_spec(cfg, name, "sync", 0, trace, tmp_path / "run"))
     m = pd.read_parquet(run / "metrics.parquet")
     assert m["cutoff"].tolist() == [2] and m["virtual_time_s"].tolist() == [2.0]
     assert np.isfinite(m["train_loss"]).all() and 0 <= m["test_accuracy"].iloc[0] <= 1

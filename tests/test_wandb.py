@@ -133,7 +133,7 @@ def test_a_stopped_and_resumed_run_is_one_wandb_run_with_every_iteration_once(tm
     import bdsgd.training.synchronous as synchronous
     from bdsgd.config import load_config
     from bdsgd.errors import Stopped
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     _, config, trace = setup
     cfg = load_config(config)
@@ -148,10 +148,10 @@ def test_a_stopped_and_resumed_run_is_one_wandb_run_with_every_iteration_once(tm
     monkeypatch.setattr(synchronous, "sgd_step", preempted)
     out = tmp_path / "run"
     with pytest.raises(Stopped):
-        train_run(cfg, "digits", "sync", 0, trace, out)
+        train_run(run_spec(cfg, "digits", "sync", 0, trace, out))
     assert len(list(out.glob("wandb/offline-run-*"))) == 1  # the interrupted run's
     monkeypatch.setattr(synchronous, "sgd_step", step)
-    train_run(cfg, "digits", "sync", 0, trace, out)
+    train_run(run_spec(cfg, "digits", "sync", 0, trace, out))
     logged = offline_run(out)  # exactly one offline run folder
     assert [r["_step"] for r in logged["history"]] == list(range(1, 13))
     assert logged["run"].run_id == logged["dir"].name.rsplit("-", 1)[1]

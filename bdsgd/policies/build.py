@@ -22,7 +22,7 @@ import numpy as np
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
 from bdsgd.errors import UserError
-from bdsgd.layout import explored
+from bdsgd.layout import explored, policy_parts
 from bdsgd.policies import Spec, backups_of, spec, variant
 
 if TYPE_CHECKING:
@@ -105,12 +105,11 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
     None: the config's; ``comm`` (a number, or comm(c) for c = 1..n, in the trace's units) None:
     the config's throughput.comm_s."""
     need, truth = policy_spec(name), inputs.truth
-    # a variant's train: keys are set where the run's config is resolved (Config.for_task): a
-    # run without them (a throughput replay, a real cluster) would not be the variant
-    base, keys = policy_variant(name)
-    if any(training is None or getattr(training, key) != value for key, value in keys.items()):
+    # a run resolves its variant into its config (bdsgd.training.spec) and builds the policy
+    # itself: a replay or a real cluster has no train: keys to set
+    if policy_parts(name)[1]:
         raise UserError("--policy", name, "a variant <policy>+<variant> is an arm of the "
-                        f"convergence runs (bdsgd train), which train with its keys {keys}")
+                        "convergence runs (bdsgd train), which train with its train: keys")
     model, model_path, flag = ((inputs.paper_model, inputs.paper_model_path, "--paper-model")
                                if need.paper else (inputs.model, inputs.model_path, "--model"))
     source = "<distributed>" if trace is None else trace.file
@@ -136,12 +135,12 @@ def build_policy(name: str, cfg: Config, *, seed: int, n_workers: int, trace: Tr
         raise UserError(history.file, "workers",
                         f"{history.n_workers} workers; the run has {n_workers}")
     backups = cfg.policies.static_backups
-    if (explored(base) or base) == "static" and backups >= 1 and backups >= n_workers:
+    if (explored(name) or name) == "static" and backups >= 1 and backups >= n_workers:
         raise UserError(cfg.source, "policies.static_backups", f"{backups:g} backup workers "
                         f"leave none of the {n_workers} workers to wait for")
     comm = cfg.throughput.comm_s if comm is None else comm
     policy = make_policy(
-        base, n_workers, cfg.policies, rule=rule, seed=seed, comm=comm,
+        name, n_workers, cfg.policies, rule=rule, seed=seed, comm=comm,
         runtimes=None if trace is None else trace.runtimes, model=model, truth=truth,
         offset=0 if trace is None else int((trace.meta.get("slice") or [0])[0]),
         objective="throughput" if training is None else training.objective,

@@ -22,16 +22,16 @@ from pathlib import Path
 
 from bdsgd.cluster.schedules import ASYNC, CYCLIC
 from bdsgd.cluster.virtual import network, require_server
-from bdsgd.config import Config
 from bdsgd.devices import torch_settings
 from bdsgd.entry import stop_requests
-from bdsgd.policies.build import load_inputs, policy_variant
+from bdsgd.policies.build import load_inputs
 from bdsgd.sgd import rate_at_n
 from bdsgd.tasks import gradient_bytes
 from bdsgd.training.asynchronous import Async
 from bdsgd.training.cyclic import Cyclic
 from bdsgd.training.record import Recorder, write_outputs
 from bdsgd.training.run import load_checkpoint, new_model, prepare, save_checkpoint, virtual_cluster
+from bdsgd.training.spec import RunSpec
 from bdsgd.training.synchronous import Cutoff
 
 logger = logging.getLogger(__name__)
@@ -39,22 +39,19 @@ logger = logging.getLogger(__name__)
 TRAINERS = {ASYNC: Async, CYCLIC: Cyclic}  # the training modes; any other name is a cutoff policy
 
 
-def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
-              model_path=None, history_path=None, paper_model_path=None) -> Path:
-    """One convergence run; writes out_dir/{metrics.parquet, result.json, model.pt} (and
-    out_dir/checkpoint.pt while it runs, from which an interrupted run resumes).
-    ``history_path``: the trace's iterations before the replayed ones (its training part), which
-    a policy that learns from observations sees first; async and cyclic check and record it.
-    A policy <p>+<variant> trains with the train: keys its variant sets (``Config.for_task``),
-    and records its own name."""
+def train_run(spec: RunSpec) -> Path:
+    """One convergence run (``bdsgd.training.spec.run_spec``); writes its folder's
+    metrics.parquet, result.json and model.pt (and checkpoint.pt while it runs, from which an
+    interrupted run resumes). The run's history (the trace's iterations before the replayed
+    ones) is what a policy that learns from observations sees first; async and cyclic check and
+    record it."""
     wall_start = time.perf_counter()
-    cfg = cfg.for_task(task, policy_variant(policy)[1])
-    out_dir = Path(out_dir)
-    r = prepare(cfg, task, policy, seed, trace_path, out_dir, history_path)
+    cfg, policy = spec.cfg, spec.base
+    r = prepare(spec)
     tc, n = r.tc, r.trace.n_workers
 
     with torch_settings(tc.threads, r.device), stop_requests() as stop:
-        model, optimizer = new_model(r, seed, rate_at_n(tc, n))
+        model, optimizer = new_model(r, spec.seed, rate_at_n(tc, n))
         state = load_checkpoint(r, model, optimizer)
         net, trainer = network(cfg, gradient_bytes(model)), TRAINERS.get(policy)
         if trainer is not None:
@@ -63,19 +60,20 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
         logger.info("train %s / %s / seed %d: n=%d workers, T=%d trace iterations (%.2f cycles "
                     "over %d rows), batch %d per worker (%d per epoch), lr %s at c=n (%s "
                     "scaling), %s clock (%.4g s per trace unit), %s network: comm %.4g s at c=n "
-                    "(%.3g of compute), late %s, target accuracy %s, device %s", task, policy,
-                    seed, n, r.trace.n_iterations, r.iterations / r.trace.n_iterations,
-                    r.iterations, tc.batch_size, r.streams.per_epoch, rate_at_n(tc, n),
-                    tc.lr_scaling, cluster.compute.clock, cluster.compute.factor, net.topology,
+                    "(%.3g of compute), late %s, target accuracy %s, device %s", spec.task,
+                    spec.policy, spec.seed, n, r.trace.n_iterations,
+                    r.iterations / r.trace.n_iterations, r.iterations, tc.batch_size,
+                    r.streams.per_epoch, rate_at_n(tc, n), tc.lr_scaling, cluster.compute.clock,
+                    cluster.compute.factor, net.topology,
                     net.comm(n)[-1], cluster.comm_to_compute(r.trace.runtimes), cluster.late,
                     r.target, r.device)
         if trainer is not None:
             mode = trainer(r, model, optimizer, cluster, state)
         else:
             mode = Cutoff(cfg, r, model, optimizer, cluster, state, policy,
-                          load_inputs([policy], trace_path, model_path, paper_model_path))
-        rec = Recorder(cfg, r, policy, seed, out_dir, None if state is None else state["metrics"],
-                       stop)
+                          load_inputs([policy], spec.trace, spec.model, spec.paper_model))
+        rec = Recorder(cfg, r, spec.policy, spec.seed, spec.out,
+                       None if state is None else state["metrics"], stop)
         start = rec.last
         rows = mode.rows(rec)
         # train.stop_at_target: the run is done at the margin after the target
@@ -85,8 +83,8 @@ def train_run(cfg: Config, task: str, policy: str, seed: int, trace_path, out_di
                 **mode.checkpoint()))
         rec.close()
 
-    write_outputs(cfg, r, rec.log, model, trace_path, history_path, out_dir, {
+    write_outputs(cfg, r, rec.log, model, spec.trace, spec.history, spec.out, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start,
         **mode.wallclock()}, mode.summary(),
         clock=cluster.record(r.trace.runtimes, late=trainer is None))
-    return out_dir
+    return spec.out

@@ -28,6 +28,7 @@ from bdsgd.errors import UserError
 from bdsgd.io import write_json
 from bdsgd.stages import unguarded
 from bdsgd.training.loop import train_run
+from bdsgd.training.spec import RunSpec, run_spec
 
 logger = logging.getLogger(__name__)
 
@@ -35,52 +36,53 @@ POLICY = "sync"
 
 
 def at_rate(cfg: Config, task: str, factor: float) -> Config:
-    """``cfg`` with ``task``'s learning rate (its recipe's, else train's) times ``factor``, not
-    logged to W&B."""
-    tc = unguarded(cfg.for_task(task).training())  # every key of train: the pilot reads
+    """``cfg`` with ``task``'s learning rate times ``factor``, not logged to W&B."""
+    tc = unguarded(cfg.training())  # every key of train: the pilot reads
     lr = tc.learning_rate * factor
     recipes = {**tc.recipes, task: {**tc.recipes.get(task, {}), "learning_rate": lr}}
     return dataclasses.replace(cfg, train=dataclasses.replace(tc, learning_rate=lr, recipes=recipes),
                                wandb=WandbConfig("disabled", "bdsgd", None, None))
 
 
-def budget(cfg: Config, task: str) -> str:
+def budget(cfg: Config) -> str:
     """The task's budget as its recipe states it."""
-    tc = cfg.for_task(task).training()
+    tc = cfg.training()
     return f"{tc.epochs:g} epochs" if tc.epochs is not None else f"{tc.max_iterations} iterations"
 
 
-def finished(run_dir: Path, cfg: Config) -> dict | None:
-    """The summary of the run in ``run_dir`` if it finished with ``cfg``: a pilot resumed after
-    a stop trains only what it had not."""
-    path = run_dir / "result.json"
+def finished(run: RunSpec) -> dict | None:
+    """The summary of ``run`` if it finished with its config: a pilot resumed after a stop
+    trains only what it had not."""
+    path = run.out / "result.json"
     if not path.exists():
         return None
     result = json.loads(path.read_text())
-    return result["summary"] if result["config_hash"] == cfg.hash() else None
+    return result["summary"] if result["config_hash"] == run.cfg.hash() else None
 
 
 def run_pilot(cfg: Config, task: str, trace_path, history_path, out_dir) -> dict:
     """Train the pilot's runs into ``out_dir`` and write its verdict, ``out_dir``/pilot.json;
-    the recipe's rate missing the target is a UserError naming cfg.source."""
+    the recipe's rate missing the target is a UserError naming cfg.source. ``cfg``: as a run of
+    ``task`` reads it (``Config.for_task``)."""
     out_dir = Path(out_dir)
     factors = sorted({1.0, *cfg.pilot.lr_factors})
     runs = []
     for factor in factors:
-        run_dir, run_cfg = out_dir / f"lr{factor:g}", at_rate(cfg, task, factor)
-        summary = finished(run_dir, run_cfg.for_task(task))
+        run = run_spec(at_rate(cfg, task, factor), task, POLICY, 0, trace_path,
+                       out_dir / f"lr{factor:g}", history_path=history_path)
+        summary = finished(run)
         if summary is None:
-            train_run(run_cfg, task, POLICY, 0, trace_path, run_dir, history_path=history_path)
-            summary = finished(run_dir, run_cfg.for_task(task))
-        runs.append({"lr_factor": factor, "learning_rate": run_cfg.training().learning_rate,
+            train_run(run)
+            summary = finished(run)
+        runs.append({"lr_factor": factor, "learning_rate": run.cfg.training().learning_rate,
                      "reached": summary["time_to_target_s"] is not None,
                      "time_to_target_s": summary["time_to_target_s"],
                      "final_accuracy": summary["final_accuracy"],
                      "iterations": summary["iterations"]})
     recipe = next(r for r in runs if r["lr_factor"] == 1.0)
-    target = cfg.for_task(task).training().target_accuracy[task]
+    target = cfg.training().target_accuracy[task]
     verdict = {"task": task, "trace": str(trace_path), "policy": POLICY,
-               "target_accuracy": target, "budget": budget(cfg, task),
+               "target_accuracy": target, "budget": budget(cfg),
                "passed": recipe["reached"], "runs": runs}
     for r in runs:
         reached = f"target in {r['time_to_target_s']:.4g} s" if r["reached"] else "never reached"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,6 +28,7 @@ from bdsgd.sgd import iterations_at_n, time_gradient
 from bdsgd.tasks import WorkerStreams, load_task
 from bdsgd.traces.io import read_history, read_trace, require_complete, require_cutoff
 from bdsgd.traces.schema import replay_start
+from bdsgd.training.spec import RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +38,9 @@ RunSetup = collections.namedtuple(
     "RunSetup", "tc trace history data streams device target identity ckpt_path iterations")
 
 
-def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
-            history_path) -> RunSetup:
+def prepare(spec: RunSpec) -> RunSetup:
     """Read and check the trace, history, task and target; the run's checkpoint identity."""
+    cfg, task, policy, seed, trace_path = spec.cfg, spec.task, spec.policy, spec.seed, spec.trace
     tc = cfg.training()
     cfg.run_trace()  # one trace: the run's
     trace = replay_start(read_trace(trace_path), seed)
@@ -51,7 +51,7 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
                         f"no target accuracy for task {task!r}: time-to-accuracy needs one")
     device = select_device(tc.device, source=cfg.source)
     data = load_task(task, tc.data_dir, tc.loader_workers, pin=device.type == "cuda")
-    history = read_history(history_path, trace, str(trace_path))
+    history = read_history(spec.history, trace, str(trace_path))
     try:
         streams = WorkerStreams(len(data.train), trace.n_workers, tc.batch_size, seed)
     except ValueError as exc:
@@ -63,7 +63,7 @@ def prepare(cfg: Config, task: str, policy: str, seed: int, trace_path, out_dir,
     # the recipe's budget at this cluster's size (train.epochs): every mode reads it from here
     iterations = iterations_at_n(tc, trace.n_workers, len(data.train))
     return RunSetup(tc, trace, history, data, streams, device, tc.target_accuracy[task], identity,
-                    Path(out_dir) / "checkpoint.pt", iterations)
+                    spec.out / "checkpoint.pt", iterations)
 
 
 def new_model(run: RunSetup, seed: int, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:

@@ -210,15 +210,15 @@ def test_a_scaled_clock_counts_the_trace_in_gradient_times():
 
 def test_a_run_on_the_scaled_clock_with_a_network_records_both(tmp_path):
     """Given a gradient time, every iteration lasts D(c) of the run-times in seconds, f x."""
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     x = np.random.default_rng(0).lognormal(size=(12, 4)) + 1.0
     trace = write(tmp_path, x)
     cfg = make_cfg(static_backups=1, max_iterations=6, eval_every=6, clock="scaled",
                    gradient_s=0.01, network={"topology": "ps", "bandwidth_gbit_s": 1.0,
                                              "latency_s": 1e-4, "late": "abandon"})
-    out = train_run(cfg, task="digits", policy="static", seed=0, trace_path=trace,
-                    out_dir=tmp_path / "run")
+    out = train_run(run_spec(cfg, task="digits", policy="static", seed=0, trace_path=trace,
+                    out_dir=tmp_path / "run"))
     result = json.loads((out / "result.json").read_text())
     clock, net = result["clock"], result["clock"]["network"]
     f = 0.01 / np.median(x)
@@ -230,12 +230,12 @@ def test_a_run_on_the_scaled_clock_with_a_network_records_both(tmp_path):
 
 
 def test_a_measured_gradient_time_is_recorded(tmp_path):
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     trace = write(tmp_path, np.ones((4, 3)))
     cfg = make_cfg(max_iterations=2, eval_every=2, clock="scaled")
-    out = train_run(cfg, task="digits", policy="sync", seed=0, trace_path=trace,
-                    out_dir=tmp_path / "run")
+    out = train_run(run_spec(cfg, task="digits", policy="sync", seed=0, trace_path=trace,
+                    out_dir=tmp_path / "run"))
     clock = json.loads((out / "result.json").read_text())["clock"]
     assert clock["gradient_s_from"] == "measured" and 0 < clock["gradient_s"] < 1
 
@@ -244,14 +244,14 @@ def test_async_pushes_queue_on_the_servers_link_in_a_run(tmp_path):
     """An asynchronous run on a single server: its clock is the schedule whose pushes queue
     for the link (each exchange 2 G / B on it), and the result says which network it was."""
     from bdsgd.cluster.schedules import async_schedule
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     x = np.random.default_rng(1).lognormal(size=(8, 4)) * 0.01
     trace = write(tmp_path, x)
     network = {"topology": "ps", "bandwidth_gbit_s": 0.01, "latency_s": 1e-4}
     cfg = make_cfg(max_iterations=3, eval_every=3, network=network)
-    out = train_run(cfg, task="digits", policy="async", seed=0, trace_path=trace,
-                    out_dir=tmp_path / "run")
+    out = train_run(run_spec(cfg, task="digits", policy="async", seed=0, trace_path=trace,
+                    out_dir=tmp_path / "run"))
     net = Network(**json.loads((out / "result.json").read_text())["clock"]["network"])
     assert net.link_s > 0.5 * np.median(x)  # the link is the bottleneck here
     sched = async_schedule(x, net.exchange_s, 3 * 4, net.link_s)
@@ -262,12 +262,12 @@ def test_async_pushes_queue_on_the_servers_link_in_a_run(tmp_path):
 
 def test_a_ring_has_no_server_for_async_to_push_to(tmp_path):
     from bdsgd.errors import UserError
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     cfg = make_cfg(max_iterations=2, network={"topology": "ring"})
     with pytest.raises(UserError, match="network.topology: ring has no server for cyclic"):
-        train_run(cfg, task="digits", policy="cyclic", seed=0, trace_path=write(tmp_path, np.ones((4, 3))),
-                  out_dir=tmp_path / "run")
+        train_run(run_spec(cfg, task="digits", policy="cyclic", seed=0,
+                           trace_path=write(tmp_path, np.ones((4, 3))), out_dir=tmp_path / "run"))
 
 
 def test_worker_time_under_abandon_by_hand():
@@ -326,7 +326,7 @@ def test_one_trace_on_one_network_is_one_regime_in_the_replay_and_in_a_run(tmp_p
     from bdsgd.traces.formats import import_trace
     from bdsgd.traces.io import write_trace
     from bdsgd.traces.simulate import simulate
-    from bdsgd.training import train_run
+    from bdsgd.training import run_spec, train_run
 
     trace = (import_trace(DATA / "alibaba_pai_job_1_norm.csv", source)
              if source == "alibaba-pai" else
@@ -336,7 +336,7 @@ def test_one_trace_on_one_network_is_one_regime_in_the_replay_and_in_a_run(tmp_p
     cfg = make_cfg(clock="scaled", gradient_s=0.02, max_iterations=3, eval_every=3,
                    network=network)
     replayed = run_benchmark(path, ["sync"], cfg=cfg)["trace"]["comm_to_compute"]
-    run = train_run(cfg, "digits", "sync", 0, path, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "sync", 0, path, tmp_path / "run"))
     trained = json.loads((run / "result.json").read_text())["clock"]["comm_to_compute"]
     assert replayed == pytest.approx(trained, rel=1e-12) and replayed > 0.01
     if source == "alibaba-pai":

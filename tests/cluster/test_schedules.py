@@ -14,7 +14,7 @@ from bdsgd.throughput import run_benchmark
 from bdsgd.traces.formats import import_trace
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from tests.helpers import REPO, make_cfg
 
 
@@ -22,7 +22,7 @@ def trainer_staleness(tmp_path: Path, runtimes: np.ndarray, rounds: int) -> pd.S
     """The async trainer's staleness per round of n gradients, on ``runtimes`` without comm."""
     trace = write_trace(from_arrays(runtimes), tmp_path / "trace.parquet")
     cfg = make_cfg(comm_s=0.0, max_iterations=rounds, eval_every=rounds)
-    run = train_run(cfg, "digits", "async", 0, trace, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "async", 0, trace, tmp_path / "run"))
     assert json.loads((run / "result.json").read_text())["summary"]["mean_staleness"] >= 0
     return pd.read_parquet(run / "metrics.parquet")["staleness"]
 

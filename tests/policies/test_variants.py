@@ -11,7 +11,7 @@ from bdsgd.config import from_dict
 from bdsgd.errors import UserError
 from bdsgd.policies import VARIANTS, spec, variant
 from bdsgd.policies.build import Inputs, build_policy
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from tests.helpers import bdsgd_in_process, make_cfg, metrics, summary, tiny_config, write
 
 X = np.random.default_rng(0).lognormal(size=(12, 4)) + 1.0
@@ -56,7 +56,7 @@ def test_a_run_of_static_lr_none_trains_at_a_constant_rate(tmp_path):
     """static keeps c = 3 of 4: linear scaling steps at 3/4 of the rate, lr-none at all of it,
     each under its own name."""
     cfg, trace = make_cfg(static_backups=1, max_iterations=6, eval_every=6), write(tmp_path, X)
-    runs = {p: train_run(cfg, "digits", p, 0, trace, tmp_path / p)
+    runs = {p: train_run(run_spec(cfg, "digits", p, 0, trace, tmp_path / p))
             for p in ("static", "static+lr-none")}
     lr = cfg.train.learning_rate
     np.testing.assert_allclose(metrics(runs["static"])["lr"], 0.75 * lr)
@@ -66,15 +66,15 @@ def test_a_run_of_static_lr_none_trains_at_a_constant_rate(tmp_path):
 
 def test_a_run_of_a_progress_variant_optimises_progress(tmp_path):
     cfg, trace = make_cfg(max_iterations=6, eval_every=6), write(tmp_path, X)
-    plain = summary(train_run(cfg, "digits", "ecdf", 0, trace, tmp_path / "plain"))
-    arm = summary(train_run(cfg, "digits", "ecdf+progress", 0, trace, tmp_path / "arm"))
+    plain = summary(train_run(run_spec(cfg, "digits", "ecdf", 0, trace, tmp_path / "plain")))
+    arm = summary(train_run(run_spec(cfg, "digits", "ecdf+progress", 0, trace, tmp_path / "arm")))
     assert plain["objective"] == "throughput" and arm["objective"] == "progress"
     assert arm["policy"] == "ecdf+progress" and arm["gradient_noise_scale"] is not None
 
 
 def test_a_run_refuses_an_unknown_variant_naming_the_flag(tmp_path):
     with pytest.raises(UserError) as err:
-        train_run(make_cfg(), "digits", "ecdf+fast", 0, write(tmp_path, X), tmp_path / "run")
+        train_run(run_spec(make_cfg(), "digits", "ecdf+fast", 0, write(tmp_path, X), tmp_path / "run"))
     assert err.value.file == "--policy" and "unknown variant 'fast'" in str(err.value)
 
 
@@ -97,8 +97,12 @@ def test_the_train_command_runs_a_variant_from_its_stage_config(tmp_path, capsys
 
 
 def test_a_variant_outside_a_convergence_run_is_refused():
-    """A throughput replay reads no train: keys: the variant would be the plain policy."""
+    """A throughput replay reads no train: keys: the variant would be the plain policy. A run
+    resolves the variant into its config once (run_spec) and builds the plain policy on it."""
     with pytest.raises(UserError, match="an arm of the convergence runs"):
         build_policy("ecdf+progress", make_cfg(), seed=0, n_workers=4, inputs=Inputs())
-    assert build_policy("ecdf+progress", make_cfg(objective="progress"), seed=0, n_workers=4,
-                        training=make_cfg(objective="progress").train).objective == "progress"
+    run = run_spec(make_cfg(), "digits", "ecdf+progress", 0, "t.parquet", "out")
+    assert (run.base, run.policy, run.cfg.training().objective) == ("ecdf", "ecdf+progress",
+                                                                    "progress")
+    assert build_policy(run.base, run.cfg, seed=0, n_workers=4,
+                        training=run.cfg.training()).objective == "progress"

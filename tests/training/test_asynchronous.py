@@ -13,7 +13,7 @@ import yaml
 import bdsgd.sgd as sgd
 import bdsgd.training.asynchronous as asynchronous
 from bdsgd.cluster.schedules import async_schedule as schedule
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from bdsgd.training.record import COLUMNS
 from tests.helpers import (
     N_WORKERS,
@@ -48,8 +48,8 @@ def test_equally_fast_workers_make_async_equal_to_sync(tmp_path, equal_trace, sc
     gradients."""
     cfg = make_cfg(max_iterations=4, eval_every=2, momentum=0.0, lr_scaling=scaling,
                    staleness_lr="none")
-    sync = train_run(cfg, "digits", "sync", 0, equal_trace, tmp_path / "sync")
-    async_ = train_run(cfg, "digits", "async", 0, equal_trace, tmp_path / "async")
+    sync = train_run(run_spec(cfg, "digits", "sync", 0, equal_trace, tmp_path / "sync"))
+    async_ = train_run(run_spec(cfg, "digits", "async", 0, equal_trace, tmp_path / "async"))
     expected = torch.load(sync / "model.pt", weights_only=True)
     trained = torch.load(async_ / "model.pt", weights_only=True)
     assert trained.keys() == expected.keys()
@@ -78,7 +78,7 @@ def test_the_slow_workers_gradients_are_the_stale_ones(tmp_path, slow_trace):
     20.10) their 10 instants; a fast gradient sees at most its instant's earlier ones and one
     slow update."""
     cfg = make_cfg(max_iterations=20, eval_every=10)
-    run = train_run(cfg, "digits", "async", 0, slow_trace, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "async", 0, slow_trace, tmp_path / "run"))
     runtimes = np.ones((T_ROWS, N_WORKERS))
     runtimes[:, 0] = 10.0
     sched = schedule(runtimes, 0.05, 20 * N_WORKERS)
@@ -104,7 +104,7 @@ def test_one_gradient_is_computed_per_applied_gradient(tmp_path, trace_path, mon
 
     monkeypatch.setattr(asynchronous, "worker_gradient", counted)
     cfg = make_cfg(max_iterations=rounds, eval_every=5)
-    run = train_run(cfg, "digits", "async", 0, trace_path, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "async", 0, trace_path, tmp_path / "run"))
     applied = rounds * N_WORKERS
     # only gradients whose arrival falls within the budget are computed (none left in flight)
     assert applied <= len(calls) <= applied + N_WORKERS
@@ -122,11 +122,11 @@ def test_resumed_run_of_a_mode_equals_uninterrupted_run(tmp_path, trace_path, mo
     """Killed after the checkpoint of round 5, the same call resumes to identical metrics,
     parameters and staleness."""
     cfg = make_cfg(max_iterations=12, checkpoint_every=5)
-    whole = train_run(cfg, "digits", mode, 0, trace_path, tmp_path / "whole")
+    whole = train_run(run_spec(cfg, "digits", mode, 0, trace_path, tmp_path / "whole"))
 
     crash_at_call(monkeypatch, *crash)
     resumed = interrupted_then_resumed(
-        monkeypatch, lambda out: train_run(cfg, "digits", mode, 0, trace_path, out),
+        monkeypatch, lambda out: train_run(run_spec(cfg, "digits", mode, 0, trace_path, out)),
         tmp_path / "resumed")
     assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
     assert json.loads((resumed / "result.json").read_text())["wallclock"][

@@ -13,7 +13,7 @@ import torch
 import bdsgd.sgd as sgd
 from bdsgd.cluster.schedules import async_schedule
 from bdsgd.cluster.schedules import cyclic_schedule as schedule
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from bdsgd.training.record import COLUMNS
 from tests.helpers import N_WORKERS, STALENESS, T_ROWS, make_cfg, metrics, summary, write
 
@@ -75,7 +75,7 @@ def test_a_push_applies_the_sum_of_its_gradients_at_lr_over_n(tmp_path):
     runtimes = np.random.default_rng(1).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
     path = write(tmp_path, runtimes)
     cfg = make_cfg(max_iterations=3, eval_every=3, momentum=0.0, staleness_lr="none")
-    run = train_run(cfg, "digits", "cyclic", 0, path, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "cyclic", 0, path, tmp_path / "run"))
     m = metrics(run)
     assert list(m.columns) == list(COLUMNS) and m["iteration"].iloc[-1] == 3
     assert m["gradients"].sum() == 3 * N_WORKERS
@@ -125,7 +125,7 @@ def test_only_the_pushed_gradients_are_computed(tmp_path, trace_path, monkeypatc
 
     monkeypatch.setattr(sgd, "backward", counted)
     cfg = make_cfg(max_iterations=5, eval_every=5)
-    run = train_run(cfg, "digits", "cyclic", 0, trace_path, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "cyclic", 0, trace_path, tmp_path / "run"))
     assert sum(seen) == 5 * N_WORKERS * 8  # samples: applied gradients x batch
     got = summary(run)
     assert got["gradients"] == 5 * N_WORKERS and set(STALENESS) <= got.keys()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bdsgd.sgd import lr_factor, rate_at_n, step_lr
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from tests.helpers import crash_at_iteration, interrupted_then_resumed, make_cfg, metrics, write
 
 X = np.random.default_rng(0).lognormal(size=(12, 4)) + 1.0
@@ -41,8 +41,8 @@ def test_a_cut_run_moves_the_schedule_by_what_it_applies(tmp_path):
     lr * 3/4 * 0.5 (1 + cos(pi seen / (I n b)))."""
     cfg = make_cfg(static_backups=1, max_iterations=10, eval_every=10, lr_schedule="cosine",
                    weight_decay=1e-4)
-    out = train_run(cfg, task="digits", policy="static", seed=0, trace_path=write(tmp_path, X),
-                    out_dir=tmp_path / "run")
+    out = train_run(run_spec(cfg, task="digits", policy="static", seed=0, trace_path=write(tmp_path, X),
+                    out_dir=tmp_path / "run"))
     b, total = cfg.train.batch_size, 10 * 4 * cfg.train.batch_size
     expected = [cfg.train.learning_rate * 0.75 * 0.5 * (1 + math.cos(math.pi * t * 3 * b / total))
                 for t in range(10)]
@@ -53,8 +53,8 @@ def test_a_cut_run_moves_the_schedule_by_what_it_applies(tmp_path):
 def test_the_modes_without_a_cutoff_warm_up_by_the_gradients_they_apply(tmp_path, policy):
     cfg = make_cfg(max_iterations=6, eval_every=6, warmup_samples=12 * 8,  # 12 gradients of 8
                    staleness_lr="none")  # every gradient at lr / n: the warm-up alone moves it
-    out = train_run(cfg, task="digits", policy=policy, seed=0, trace_path=write(tmp_path, X),
-                    out_dir=tmp_path / "run")
+    out = train_run(run_spec(cfg, task="digits", policy=policy, seed=0, trace_path=write(tmp_path, X),
+                    out_dir=tmp_path / "run"))
     lr = metrics(out)["lr"].to_numpy()
     assert (np.diff(lr[:3]) > 0).all() and lr[0] < cfg.train.learning_rate / 4 * 0.5
     assert lr[-1] == pytest.approx(cfg.train.learning_rate / 4)  # warmed up: lr / n a gradient
@@ -66,8 +66,8 @@ def test_a_resumed_scheduled_run_equals_an_uninterrupted_one(tmp_path, monkeypat
     trace = write(tmp_path, X)
 
     def run(out):
-        return train_run(cfg, task="digits", policy="static", seed=0, trace_path=trace,
-                         out_dir=out)
+        return train_run(run_spec(cfg, task="digits", policy="static", seed=0, trace_path=trace,
+                         out_dir=out))
 
     whole = metrics(run(tmp_path / "whole"))
     crash_at_iteration(monkeypatch, 7)

@@ -75,3 +75,20 @@ def test_a_stopped_pilot_resumes_with_the_runs_it_finished(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert runs[0].stat().st_mtime_ns == before[0] and runs[1].exists()
     assert json.loads((tmp_path / "pilot/pilot.json").read_text())["passed"]
+
+
+def test_a_pilot_trains_its_tasks_recipe(tmp_path):
+    """The pilot's config is loaded for its task (``bdsgd pilot --task``), as the workflow
+    writes it: configs/paper.yaml's CIFAR-10 recipe sets the runs' rate, batch and budget, each
+    factor's run at the recipe's rate times the factor."""
+    from bdsgd.stages import load_stage_config
+    from bdsgd.training import run_spec
+    from bdsgd.training.pilot import at_rate, budget
+
+    recipe = yaml.safe_load((REPO / "configs/paper.yaml").read_text())["train"]["recipes"]["cifar10"]
+    cfg = load_stage_config(REPO / "configs/paper.yaml", "pilot", "cifar10")
+    run = run_spec(at_rate(cfg, "cifar10", 2.0), "cifar10", "sync", 0, tmp_path / "t.parquet",
+                   tmp_path / "lr2")
+    assert run.cfg.training().learning_rate == 2 * recipe["learning_rate"]
+    assert run.cfg.training().weight_decay == recipe["weight_decay"]
+    assert budget(cfg) == f"{recipe['epochs']} epochs"

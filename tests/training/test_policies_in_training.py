@@ -13,7 +13,7 @@ import bdsgd.training.synchronous as synchronous
 from bdsgd.cluster.schedules import async_schedule, cyclic_schedule
 from bdsgd.sgd import STALENESS_LR, apply_gradient, backward, noise_step, sgd_step, take_gradient
 from bdsgd.tasks import load_task
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from tests.helpers import (
     N_WORKERS,
     T_ROWS,
@@ -32,9 +32,9 @@ NO_CUT = ["sync", "elfving", "ecdf", "bandit", "oracle", "oracle-myopic"]
 def test_without_variance_every_policy_follows_syncs_trajectory(tmp_path):
     path = write(tmp_path, np.full((T_ROWS, N_WORKERS), 1.5), "constant")
     static0 = make_cfg(static_backups=0, max_iterations=12)
-    runs = {"static": train_run(static0, "digits", "static", 0, path, tmp_path / "static")}
+    runs = {"static": train_run(run_spec(static0, "digits", "static", 0, path, tmp_path / "static"))}
     cfg = make_cfg(max_iterations=12)
-    runs |= {p: train_run(cfg, "digits", p, 0, path, tmp_path / p) for p in NO_CUT}
+    runs |= {p: train_run(run_spec(cfg, "digits", p, 0, path, tmp_path / p)) for p in NO_CUT}
     reference = torch.load(runs["sync"] / "model.pt", weights_only=True)
     for policy, run in runs.items():
         assert (metrics(run)["cutoff"] == N_WORKERS).all(), policy
@@ -53,7 +53,7 @@ def test_cutting_a_10x_straggler_reaches_the_target_sooner(tmp_path):
     path = write(tmp_path, runtimes, "straggler")
     cfg = make_cfg(static_backups=1, max_iterations=80, eval_every=4,
                    target_accuracy={"digits": 0.8})
-    result = {p: json.loads((train_run(cfg, "digits", p, 0, path, tmp_path / p)
+    result = {p: json.loads((train_run(run_spec(cfg, "digits", p, 0, path, tmp_path / p))
                              / "result.json").read_text())["summary"]
               for p in ("sync", "static", "async", "cyclic")}
     sync, static = result["sync"]["time_to_target_s"], result["static"]["time_to_target_s"]
@@ -96,16 +96,16 @@ def test_the_progress_objective_learns_the_noise_scale_and_resumes(tmp_path, mon
     runtimes = np.random.default_rng(5).lognormal(0.0, 0.6, (T_ROWS, N_WORKERS))
     path = write(tmp_path, runtimes, "noisy")
     progress = make_cfg(max_iterations=30, objective="progress")
-    whole = train_run(progress, "digits", "ecdf", 0, path, tmp_path / "whole")
+    whole = train_run(run_spec(progress, "digits", "ecdf", 0, path, tmp_path / "whole"))
     result = json.loads((whole / "result.json").read_text())["summary"]
     assert result["objective"] == "progress" and result["gradient_noise_scale"] > 0
-    throughput = train_run(make_cfg(max_iterations=30), "digits", "ecdf", 0, path,
-                           tmp_path / "throughput")
+    throughput = train_run(run_spec(make_cfg(max_iterations=30), "digits", "ecdf", 0, path,
+                           tmp_path / "throughput"))
     assert not metrics(whole)["cutoff"].equals(metrics(throughput)["cutoff"])
 
     crash_at_call(monkeypatch, synchronous, "noise_step", 17)
     resumed = interrupted_then_resumed(
-        monkeypatch, lambda out: train_run(progress, "digits", "ecdf", 0, path, out),
+        monkeypatch, lambda out: train_run(run_spec(progress, "digits", "ecdf", 0, path, out)),
         tmp_path / "resumed")
     assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
 
@@ -136,8 +136,8 @@ def test_staleness_scaled_learning_rate(tmp_path, mode):
     the mean rate of their gradients, and the run differs from one at lr / n."""
     runtimes = np.random.default_rng(2).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS))
     path = write(tmp_path, runtimes, "trace")
-    runs = {how: train_run(make_cfg(max_iterations=4, eval_every=4, staleness_lr=how), "digits",
-                           mode, 0, path, tmp_path / how) for how in ("none", "inverse")}
+    runs = {how: train_run(run_spec(make_cfg(max_iterations=4, eval_every=4, staleness_lr=how), "digits",
+                           mode, 0, path, tmp_path / how)) for how in ("none", "inverse")}
     sched = (async_schedule if mode == "async" else cyclic_schedule)(runtimes, 0.05,
                                                                   4 * N_WORKERS)
     per_gradient = 0.1 / (sched.staleness + 1)
@@ -156,7 +156,7 @@ def test_staleness_scaling_is_the_same_rule_in_both_modes(tmp_path):
     path = write(tmp_path, runtimes, "trace")
     cfg = make_cfg(comm_s=0.0, max_iterations=4, eval_every=4, staleness_lr="inverse",
                    momentum=0.9)
-    a, c = (torch.load(train_run(cfg, "digits", mode, 0, path, tmp_path / mode) / "model.pt",
+    a, c = (torch.load(train_run(run_spec(cfg, "digits", mode, 0, path, tmp_path / mode)) / "model.pt",
                        weights_only=True) for mode in ("async", "cyclic"))
     for name, value in a.items():
         torch.testing.assert_close(c[name], value, rtol=1e-5, atol=1e-7)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from tests.helpers import make_cfg, metrics, summary, write
 
 X = np.random.default_rng(0).lognormal(size=(12, 4)) + 1.0
@@ -17,8 +17,8 @@ TARGET = 0.4  # what every mode reaches on digits within 60 rows (cyclic, the sl
 
 def run(tmp_path, policy="sync", **train):
     cfg = make_cfg(**{"max_iterations": 60, "target_accuracy": {"digits": TARGET}, **train})
-    out = train_run(cfg, task="digits", policy=policy, seed=0, trace_path=write(tmp_path, X),
-                    out_dir=tmp_path / policy)
+    out = train_run(run_spec(cfg, task="digits", policy=policy, seed=0, trace_path=write(tmp_path, X),
+                    out_dir=tmp_path / policy))
     return metrics(out), summary(out)
 
 

@@ -20,7 +20,7 @@ from bdsgd.policies.build import make_policy, warm_up
 from bdsgd.tasks import WorkerStreams, _lenet, _mlp, _resnet20, load_task
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
-from bdsgd.training import train_run
+from bdsgd.training import run_spec, train_run
 from bdsgd.training.record import time_to_target
 from tests.helpers import (
     N_WORKERS,
@@ -83,7 +83,7 @@ def test_clock_and_cutoffs_follow_the_trace_under_sync_and_static(tmp_path, trac
     runtimes = np.sort(np.random.default_rng(3).lognormal(0.0, 0.5, (T_ROWS, N_WORKERS)), axis=1)
     rows = np.arange(30) % T_ROWS  # 30 iterations cycle the 12-row trace 2.5 times
     for policy, c in (("sync", N_WORKERS), ("static", N_WORKERS - 2)):
-        run = train_run(cfg, "digits", policy, 0, trace_path, tmp_path / policy)
+        run = train_run(run_spec(cfg, "digits", policy, 0, trace_path, tmp_path / policy))
         m = metrics(run)
         assert (m["cutoff"] == c).all()
         step = runtimes[rows, c - 1] + 0.05
@@ -101,9 +101,9 @@ def test_clock_and_cutoffs_follow_the_trace_under_sync_and_static(tmp_path, trac
 
 def test_same_inputs_give_byte_identical_metrics(tmp_path, trace_path):
     cfg = make_cfg(max_iterations=12)
-    a = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "a")
-    b = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "b")
-    c = train_run(cfg, "digits", "static", 2, trace_path, tmp_path / "c")
+    a = train_run(run_spec(cfg, "digits", "static", 1, trace_path, tmp_path / "a"))
+    b = train_run(run_spec(cfg, "digits", "static", 1, trace_path, tmp_path / "b"))
+    c = train_run(run_spec(cfg, "digits", "static", 2, trace_path, tmp_path / "c"))
     assert (a / "metrics.parquet").read_bytes() == (b / "metrics.parquet").read_bytes()
     assert not metrics(a)["train_loss"].equals(metrics(c)["train_loss"])  # the seed matters
 
@@ -111,11 +111,11 @@ def test_same_inputs_give_byte_identical_metrics(tmp_path, trace_path):
 def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch):
     cfg = make_cfg(checkpoint_every=5)
     # The oracle replays a precomputed cutoff sequence with a counter: a stateful policy.
-    whole = train_run(cfg, "digits", "oracle", 0, trace_path, tmp_path / "whole")
+    whole = train_run(run_spec(cfg, "digits", "oracle", 0, trace_path, tmp_path / "whole"))
 
     crash_at_iteration(monkeypatch, 18)
     resumed = interrupted_then_resumed(
-        monkeypatch, lambda out: train_run(cfg, "digits", "oracle", 0, trace_path, out),
+        monkeypatch, lambda out: train_run(run_spec(cfg, "digits", "oracle", 0, trace_path, out)),
         tmp_path / "resumed")
     assert (resumed / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
     wallclock = json.loads((resumed / "result.json").read_text())["wallclock"]
@@ -131,24 +131,24 @@ def test_history_warms_up_learning_policies_and_resumes(tmp_path, trace_path, mo
     before[:, 0] *= 5.0
     history = write_trace(from_arrays(before), tmp_path / "history.parquet")
     cfg = make_cfg(checkpoint_every=5)
-    cold = train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "cold")
-    warm = train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "warm",
-                     history_path=history)
+    cold = train_run(run_spec(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "cold"))
+    warm = train_run(run_spec(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "warm",
+                     history_path=history))
     assert metrics(cold)["cutoff"].iloc[0] == N_WORKERS  # nothing seen yet: wait for all
     ecdf = make_policy("ecdf", N_WORKERS, cfg.policies, comm=0.05)
     warm_up(ecdf, read_trace(history), 0.05)
     assert metrics(warm)["cutoff"].iloc[0] == ecdf.choose() < N_WORKERS
     result = json.loads((warm / "result.json").read_text())
     assert result["history"] == {"path": str(history), "n_iterations": 40}
-    sync = train_run(cfg, "digits", "sync", 0, trace_path, tmp_path / "sync", history_path=history)
+    sync = train_run(run_spec(cfg, "digits", "sync", 0, trace_path, tmp_path / "sync", history_path=history))
     assert (metrics(sync)["cutoff"] == N_WORKERS).all()
 
     crash_at_iteration(monkeypatch, 18)
     with pytest.raises(KeyboardInterrupt):
-        train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "resumed", history_path=history)
+        train_run(run_spec(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "resumed", history_path=history))
     monkeypatch.undo()
-    resumed = train_run(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "resumed",
-                        history_path=history)
+    resumed = train_run(run_spec(cfg, "digits", "ecdf", 0, trace_path, tmp_path / "resumed",
+                        history_path=history))
     assert (resumed / "metrics.parquet").read_bytes() == (warm / "metrics.parquet").read_bytes()
 
 
@@ -156,10 +156,10 @@ def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatc
     cfg = make_cfg(checkpoint_every=5)
     crash_at_iteration(monkeypatch, 8)
     with pytest.raises(KeyboardInterrupt):
-        train_run(cfg, "digits", "static", 0, trace_path, tmp_path / "run")
+        train_run(run_spec(cfg, "digits", "static", 0, trace_path, tmp_path / "run"))
     monkeypatch.undo()
-    fresh = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "fresh")
-    other = train_run(cfg, "digits", "static", 1, trace_path, tmp_path / "run")  # seed changed
+    fresh = train_run(run_spec(cfg, "digits", "static", 1, trace_path, tmp_path / "fresh"))
+    other = train_run(run_spec(cfg, "digits", "static", 1, trace_path, tmp_path / "run"))  # seed changed
     assert "discarding" in caplog.text  # a warning through bdsgd.training.run's logger
     assert (other / "metrics.parquet").read_bytes() == (fresh / "metrics.parquet").read_bytes()
 
@@ -168,7 +168,7 @@ def test_checkpoint_of_another_run_is_discarded(tmp_path, trace_path, monkeypatc
 def test_update_uses_union_of_fastest_workers_and_scaled_learning_rate(tmp_path, trace_path,
                                                                          scaling, chunk):
     cfg = make_cfg(max_iterations=1, momentum=0.0, lr_scaling=scaling, chunk_samples=chunk)
-    run = train_run(cfg, "digits", "static", 0, trace_path, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "static", 0, trace_path, tmp_path / "run"))
     c = N_WORKERS - 2
     lr = 0.1 * {"linear": c / N_WORKERS, "sqrt": (c / N_WORKERS) ** 0.5, "none": 1.0}[scaling]
     assert metrics(run)["lr"].tolist() == [pytest.approx(lr)]
@@ -189,8 +189,8 @@ def test_update_uses_union_of_fastest_workers_and_scaled_learning_rate(tmp_path,
 
 
 def test_diverged_run_still_writes_valid_result(tmp_path, trace_path):
-    run = train_run(make_cfg(max_iterations=5, learning_rate=1e12), "digits", "sync", 0,
-                    trace_path, tmp_path / "run")
+    run = train_run(run_spec(make_cfg(max_iterations=5, learning_rate=1e12), "digits", "sync", 0,
+                    trace_path, tmp_path / "run"))
     assert metrics(run)["train_loss"].isna().any()
     summary = json.loads((run / "result.json").read_text())["summary"]
     assert summary["final_test_loss"] is None and summary["time_to_target_s"] is None
@@ -198,26 +198,26 @@ def test_diverged_run_still_writes_valid_result(tmp_path, trace_path):
 
 def test_bdsgd_policy_without_model_names_the_flag(tmp_path, trace_path):
     with pytest.raises(UserError) as err:
-        train_run(make_cfg(), "digits", "bdsgd", 0, trace_path, tmp_path / "run")
+        train_run(run_spec(make_cfg(), "digits", "bdsgd", 0, trace_path, tmp_path / "run"))
     assert err.value.file == "--model"
 
 
 def test_bad_inputs_are_user_errors(tmp_path, trace_path):
     with pytest.raises(UserError, match="not found"):
-        train_run(make_cfg(), "digits", "sync", 0, tmp_path / "absent.parquet", tmp_path / "r")
+        train_run(run_spec(make_cfg(), "digits", "sync", 0, tmp_path / "absent.parquet", tmp_path / "r"))
     with pytest.raises(UserError) as err:
-        train_run(make_cfg(batch_size=1000), "digits", "sync", 0, trace_path, tmp_path / "r")
+        train_run(run_spec(make_cfg(batch_size=1000), "digits", "sync", 0, trace_path, tmp_path / "r"))
     assert err.value.field == "train.batch_size"
     with pytest.raises(UserError) as err:
-        train_run(make_cfg(target_accuracy={"mnist": 0.9}), "digits", "sync", 0, trace_path,
-                  tmp_path / "r")
+        train_run(run_spec(make_cfg(target_accuracy={"mnist": 0.9}), "digits", "sync", 0, trace_path,
+                  tmp_path / "r"))
     assert err.value.field == "train.target_accuracy.digits"
     censored = np.zeros((T_ROWS, N_WORKERS), bool)
     censored[2, 1] = True
     bad = write_trace(from_arrays(np.ones((T_ROWS, N_WORKERS)), censored=censored),
                       tmp_path / "censored.parquet")
     with pytest.raises(UserError, match="censored"):
-        train_run(make_cfg(), "digits", "sync", 0, bad, tmp_path / "r")
+        train_run(run_spec(make_cfg(), "digits", "sync", 0, bad, tmp_path / "r"))
 
 
 def test_cli_train_writes_run_and_reports_bad_input_in_one_line(tmp_path, trace_path, capsys):
@@ -248,7 +248,7 @@ def test_wandb_offline_logs_the_run(tmp_path, trace_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = make_cfg("offline", max_iterations=5)
-    run = train_run(cfg, "digits", "sync", 0, trace_path, tmp_path / "run")
+    run = train_run(run_spec(cfg, "digits", "sync", 0, trace_path, tmp_path / "run"))
     assert list((run / "wandb").glob("offline-run-*"))
 
 
@@ -272,7 +272,7 @@ def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_pat
         clock["ns"] += 250_000_000
 
     monkeypatch.setattr(ModelPredictor, "observe", observe)
-    run = train_run(cfg, "digits", "bdsgd", 0, trace_path, tmp_path / "run", model_path=model_path)
+    run = train_run(run_spec(cfg, "digits", "bdsgd", 0, trace_path, tmp_path / "run", model_path=model_path))
     m = metrics(run)
     x = np.sort(read_trace(trace_path).runtimes, axis=1)
     served = x[np.arange(12) % T_ROWS, m["cutoff"].to_numpy() - 1] + 0.05
@@ -323,7 +323,7 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(t
     resumed = bdsgd_in_process(capsys, *args)
     assert resumed.returncode == 0, resumed.stderr
     assert f"at iteration {stopped_at}" in resumed.stdout
-    whole = train_run(load_config(config), "digits", "static", 0, trace_path, tmp_path / "whole")
+    whole = train_run(run_spec(load_config(config), "digits", "static", 0, trace_path, tmp_path / "whole"))
     assert (run / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
 
 
@@ -342,7 +342,7 @@ def test_a_recipe_in_epochs_trains_the_same_samples_on_any_cluster(tmp_path):
     samples = len(load_task("digits", "data").train)
     assert samples == TRAIN_SAMPLES["digits"]
     for n, path in traces.items():
-        run = train_run(cfg, "digits", "sync", 0, path, tmp_path / f"n{n}")
+        run = train_run(run_spec(cfg, "digits", "sync", 0, path, tmp_path / f"n{n}"))
         applied = summary(run)["gradients"] * 8  # sync applies n gradients of 8 an iteration
         assert 0.5 * samples <= applied < 0.5 * samples + n * 8, n
         assert summary(run)["iterations"] == math.ceil(0.5 * samples / (n * 8))
