@@ -40,7 +40,7 @@ include: "workflow/rules/figures.smk"
 
 
 # What every wildcard may be, in one place: each names something in the config (stage: a stage of
-# bdsgd.stages.STAGE_READS; name: its instance). A rule's own wildcard_constraints only pick, of
+# bdsgd.config.stages.STAGE_READS; name: its instance). A rule's own wildcard_constraints only pick, of
 # the traces, those of the sources it makes.
 wildcard_constraints:
     trace=f"{one_of(config['traces'])}|{traces_from('simulate')}",

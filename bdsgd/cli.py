@@ -12,10 +12,10 @@ import sys
 from bdsgd import commands, flags
 from bdsgd.cluster.clock import LATE
 from bdsgd.config import CENSORING, EMISSIONS
+from bdsgd.config.validate import TASKS
 from bdsgd.entry import reader_left, run_entry_point
 from bdsgd.ladder import TRAINED
 from bdsgd.policies import RULES, SPECS, VARIANTS
-from bdsgd.schema import TASKS
 
 
 def _policy_help() -> str:

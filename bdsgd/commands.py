@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from bdsgd.errors import UserError
-from bdsgd.io import check_output
+from bdsgd.outputs.io import check_output
 
 
 def _config_name(cfg, name: str | None, source: str | None = None) -> str:
@@ -40,8 +40,8 @@ def cmd_traces_import(args):
 
 
 def cmd_traces_simulate(args):
-    from bdsgd.provenance import stamp
-    from bdsgd.stages import load_stage_config
+    from bdsgd.config.stages import load_stage_config
+    from bdsgd.outputs.provenance import stamp
     from bdsgd.traces.io import write_trace
     from bdsgd.traces.simulate import simulate
     from bdsgd.traces.truth import truth_path, write_truth
@@ -59,7 +59,7 @@ def cmd_traces_simulate(args):
 
 
 def cmd_traces_gather(args):
-    from bdsgd.stages import load_stage_config
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.traces.gather import gather
 
     check_output("--out", args.out, inputs=(args.config,))
@@ -120,9 +120,9 @@ def cmd_model_train(args):
     from dataclasses import replace
 
     from bdsgd.config import default_config
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.policies import PAPER_MODEL
     from bdsgd.runtime_model.train import train_model
-    from bdsgd.stages import load_stage_config
     from bdsgd.traces.io import read_trace
 
     check_output("--out", args.out, f"{args.out}.ckpt",
@@ -143,8 +143,8 @@ def cmd_model_train(args):
 
 def cmd_model_prior(args):
     from bdsgd.config import default_config
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.runtime_model.train import train_prior
-    from bdsgd.stages import load_stage_config
 
     check_output("--out", args.out, f"{args.out}.ckpt", inputs=(args.config,))
     cfg = load_stage_config(args.config, "train_prior") if args.config else default_config()
@@ -154,11 +154,11 @@ def cmd_model_prior(args):
 
 def cmd_model_evaluate(args):
     from bdsgd.config import default_config
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.evaluation import evaluate_model
-    from bdsgd.io import write_json, write_with
-    from bdsgd.provenance import stamp
+    from bdsgd.outputs.io import write_json, write_with
+    from bdsgd.outputs.provenance import stamp
     from bdsgd.runtime_model.checkpoint import load_model
-    from bdsgd.stages import load_stage_config
     from bdsgd.traces.io import read_trace
 
     for flag, out in (("--json", args.json), ("--predictions", args.predictions)):
@@ -186,7 +186,7 @@ def cmd_model_sample(args):
 
 
 def cmd_throughput(args):
-    from bdsgd.stages import load_stage_config
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.throughput import run_benchmark
 
     for flag, out in (("--json", args.json), ("--decisions", args.decisions),
@@ -203,8 +203,8 @@ def cmd_throughput(args):
 
 
 def cmd_ladder(args):
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.ladder import MODELS, run_ladder
-    from bdsgd.stages import load_stage_config
 
     models = {key: getattr(args, key) for key in MODELS}
     for flag, out in (("--json", args.json), ("--decisions", args.decisions)):
@@ -225,7 +225,7 @@ def cmd_train(args):
 def cmd_pilot(args):
     import dataclasses
 
-    from bdsgd.stages import load_stage_config
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.training.pilot import run_pilot
 
     check_output("--out", args.out, folder=True)
@@ -252,10 +252,10 @@ def cmd_figures(args):
 def cmd_plan(args):
     from bdsgd.config import load_config
     from bdsgd.devices import select_device
-    from bdsgd.io import write_json
+    from bdsgd.outputs.io import write_json
     from bdsgd.plan import bill, bill_device, format_bill, measure
-    from bdsgd.preflight import check
-    from bdsgd.regime import require_separating
+    from bdsgd.plan.preflight import check
+    from bdsgd.plan.regime import require_separating
 
     check_output("--json", args.json, inputs=(args.config,))
     cfg = load_config(args.config)

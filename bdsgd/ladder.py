@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from bdsgd.config import Config
-from bdsgd.io import write_json, write_with
+from bdsgd.outputs.io import write_json, write_with
 
 FROZEN = {"online_every": 0}
 PAPER_RULE = {"rule": "ratio", "min_gain": 0.0, **FROZEN}

@@ -80,7 +80,7 @@ class Layout:
         return f"{self.results}/config.yaml"
 
     def stage_config(self, stage: str = STAGE, name: str = NAME) -> str:
-        """The config file of one stage instance (what ``bdsgd.stages.STAGE_READS`` declares)."""
+        """The config file of one stage instance (what ``bdsgd.config.stages.STAGE_READS`` declares)."""
         return f"{self.results}/config/{stage}/{name}.yaml"
 
     def trace(self, trace: str = TRACE, part: str = "trace") -> str:

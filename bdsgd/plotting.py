@@ -14,7 +14,7 @@ import contextvars
 import re
 from pathlib import Path
 
-from bdsgd.io import write_with
+from bdsgd.outputs.io import write_with
 
 # Every figure is written in each of these formats; a figure's listed file is the first (the
 # workflow's report shows it).

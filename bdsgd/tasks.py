@@ -34,8 +34,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
+from bdsgd.config.validate import TASKS
 from bdsgd.errors import UserError
-from bdsgd.schema import TASKS
 
 # What the loader processes decode from: the task's data sets by split (set in each process).
 _DATASETS: dict[str, Dataset] = {}

@@ -110,8 +110,8 @@ def run_benchmark(trace_path, policies: list[str], model_path=None, rule: str | 
     (``traces.schema.draw_block``): a recorded trace's draw d > 0 is the half of it that starts
     elsewhere in it; a simulated trace's draws are files of their own, replayed whole.
     """
-    from bdsgd.io import write_json, write_with
-    from bdsgd.provenance import stamp
+    from bdsgd.outputs.io import write_json, write_with
+    from bdsgd.outputs.provenance import stamp
     from bdsgd.traces.io import read_trace
     from bdsgd.traces.schema import draw_block
 

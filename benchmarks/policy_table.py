@@ -38,7 +38,7 @@ import yaml
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
 
 from bdsgd.config import from_dict
-from bdsgd.io import write_json, write_with
+from bdsgd.outputs.io import write_json, write_with
 from bdsgd.runtime_model.train import train_model, train_prior
 from bdsgd.throughput import run_benchmark
 from bdsgd.traces.formats import import_trace

@@ -14,7 +14,7 @@ import pytest
 
 from bdsgd.cluster.clock import replay_cutoffs
 from bdsgd.cluster.schedules import MODES
-from bdsgd.io import write_json
+from bdsgd.outputs.io import write_json
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 

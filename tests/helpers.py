@@ -34,6 +34,7 @@ def tiny_config(**overrides) -> dict:
                            "simulate": {"workers": 6, "iterations": 120, "workers_per_node": 3}}},
         "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16,
                   "prior_workers": 4, "prior_iterations": 24, "prior_draws": 1, "prior_steps": 2},
+        "policies": {"online_window": 4},  # learning while serving, at a quarter of its cost
         "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",
                                     "oracle", "oracle-myopic"],
                        # the sweeps' machinery, not their curves
@@ -256,8 +257,8 @@ def run_stages_by_hand(workdir: Path, config: Path, env: dict[str, str] | None =
 
     from bdsgd.config import from_dict, trace_names
     from bdsgd.layout import DRAW, Layout, cluster_draw
+    from bdsgd.plan.preflight import pilot_traces
     from bdsgd.policies import model_files
-    from bdsgd.preflight import pilot_traces
 
     cfg = yaml.safe_load(config.read_text())
     paths = Layout.of(cfg["experiment"])

@@ -315,7 +315,7 @@ def run_on_slurm(workdir: Path, config: Path, env: dict[str, str] | None = None)
 
 # ------------------------------------------------------ a convergence run past its time limit
 # One convergence run of the tiny config (static: no run-time model to train first) that needs
-# about 150 s on one core here, a union batch of 1200 digits an iteration, against a time limit of
+# about 240 s on one core here, a union batch of 1200 digits an iteration, against a time limit of
 # one minute (SLURM's shortest): no single job finishes it, on a machine twice as fast neither
 # (the warning reaches a job 29 to 59 s in). Test evaluations and checkpoints every 2000
 # iterations, and a checkpoint when it stops.

@@ -114,7 +114,7 @@ def test_the_plan_states_each_cells_regime_and_strict_refuses_a_tie(tmp_path):
     calm one a control. Communication-dominated (a 0.1 ms gradient on 1 Gbit/s): the link hides
     the straggler and the optimum ties with sync; --strict refuses that config in one line."""
     from bdsgd.errors import UserError
-    from bdsgd.regime import cells, require_separating
+    from bdsgd.plan.regime import cells, require_separating
 
     fast = {c.trace: c for c in cells(regime_cfg(100.0, 0.05), {"mnist": 1e-4})}
     assert fast["straggler"].verdict == "informative" and fast["straggler"].over_sync > 1.5

@@ -1,5 +1,5 @@
 """What a config says that can be checked before any job: each check names the config file and
-its key (``bdsgd.preflight``), in ``bdsgd plan`` and when the workflow starts."""
+its key (``bdsgd.plan.preflight``), in ``bdsgd plan`` and when the workflow starts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import yaml
 
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
-from bdsgd.preflight import check
+from bdsgd.plan.preflight import check
 from tests.helpers import REPO, run_cli, snakemake
 
 SIM = {"source": "simulate", "simulate": {"workers": 4, "iterations": 40}}

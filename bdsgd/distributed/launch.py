@@ -26,12 +26,12 @@ from pathlib import Path
 import torch.distributed as dist
 
 from bdsgd.config import default_config
+from bdsgd.config.stages import load_stage_config
 from bdsgd.devices import rank_env, select_device, slurm_rendezvous
 from bdsgd.distributed.wire import Job, store
 from bdsgd.entry import run_entry_point
 from bdsgd.errors import Reported, UserError
-from bdsgd.io import check_output
-from bdsgd.stages import load_stage_config
+from bdsgd.outputs.io import check_output
 from bdsgd.traces.io import read_trace, require_complete
 
 GRACE_S = 10  # how long workers get to stop after the server is done

@@ -30,15 +30,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector
 
-from bdsgd import tracking
 from bdsgd.cluster.clock import replay_cutoffs
 from bdsgd.cluster.cutoff import Observation
 from bdsgd.cluster.server import Server, replay_runtimes
 from bdsgd.config import Config
 from bdsgd.distributed.wire import HEADER, PARAMS, STOP, Heartbeats, Job
-from bdsgd.io import write_json, write_with
+from bdsgd.outputs import tracking
+from bdsgd.outputs.io import write_json, write_with
+from bdsgd.outputs.provenance import stamp
 from bdsgd.policies.build import build_policy, load_inputs
-from bdsgd.provenance import stamp
 from bdsgd.sgd import apply_gradient, evaluate, rate_at_n, step_lr
 from bdsgd.tasks import load_task
 from bdsgd.traces.io import write_trace

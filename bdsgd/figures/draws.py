@@ -25,7 +25,7 @@ from bdsgd.figures import DRAW_FIGURES
 from bdsgd.figures.common import marker, policy_colour
 from bdsgd.figures.inputs import load_draws, load_note
 from bdsgd.figures.verdicts import BDSGDS, CONFIDENCE, draw_verdicts, phrases
-from bdsgd.io import write_table, write_with
+from bdsgd.outputs.io import write_table, write_with
 from bdsgd.plotting import figure_note, save_figure
 from bdsgd.stats import median_interval
 

@@ -82,7 +82,7 @@ from bdsgd.figures.ladder import (  # noqa: E402
     ladder_table,
 )
 from bdsgd.figures.verdicts import CONFIDENCE, verdict, verdict_table, versus_answer  # noqa: E402
-from bdsgd.io import write_table, write_with  # noqa: E402
+from bdsgd.outputs.io import write_table, write_with  # noqa: E402
 from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
 # the training modes that are no cutoff policy: no cutoff to draw, and their metrics rows are

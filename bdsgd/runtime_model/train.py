@@ -23,12 +23,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bdsgd import tracking
 from bdsgd.config import Config, ModelConfig
 from bdsgd.entry import stop_requests
 from bdsgd.errors import Stopped, UserError
-from bdsgd.io import write_with
-from bdsgd.provenance import stamp
+from bdsgd.outputs import tracking
+from bdsgd.outputs.io import write_with
+from bdsgd.outputs.provenance import stamp
 from bdsgd.runtime_model.checkpoint import checkpoint, read_state
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
@@ -230,12 +230,14 @@ def _fit(model: RuntimeModel, data: list, traces: list[Trace], steps: int, seed:
         losses.append(run_epoch(model, optimizer, data, cfg, generator, term))
         bar.set_postfix(elbo=f"{-losses[-1]:.4f}")
         tracking.log(wandb, {"epoch": epoch + 1, "elbo": -losses[-1]}, epoch + 1)
-        if ((epoch + 1) % cfg.checkpoint_every == 0 or stop) and epoch + 1 < epochs:
+        # a stop request at the last epoch stops too: the job told to stop fails whatever this
+        # process writes, and the next one writes the model from the checkpoint
+        if (epoch + 1) % cfg.checkpoint_every == 0 and epoch + 1 < epochs or stop:
             state = {"fingerprint": fingerprint, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
                      "epoch": epoch + 1, "losses": losses}
             write_with(ckpt_path, lambda tmp, state=state: torch.save(state, tmp))
-        if stop and epoch + 1 < epochs:
+        if stop:
             bar.close()
             tracking.finish(wandb, None, 128 + stop[0])
             raise Stopped(stop[0], ckpt_path, epoch + 1, unit="epoch")

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bdsgd.errors import UserError
-from bdsgd.io import write_with
+from bdsgd.outputs.io import write_with
 from bdsgd.traces.schema import Trace, from_frame
 from bdsgd.traces.simulate import Truth
 from bdsgd.traces.truth import truth_path, write_truth

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from bdsgd.errors import UserError
-from bdsgd.io import write_with
+from bdsgd.outputs.io import write_with
 from bdsgd.traces.simulate import SWITCHED_OFF, Truth
 
 _ARRAYS = ("node", "base_s", "contention", "straggler", "straggler_path", "load", "rack_struck",

@@ -81,6 +81,7 @@ def train_run(spec: RunSpec) -> Path:
             rec.record(model, row, lambda: save_checkpoint(
                 r, model, optimizer, metrics=rec.log, compute=dataclasses.asdict(cluster.compute),
                 **mode.checkpoint()))
+        rec.stop_if_asked()  # a request after the last row: the outputs wait for the next job
         rec.close()
 
     write_outputs(cfg, r, rec.log, model, spec.trace, spec.history, spec.out, {

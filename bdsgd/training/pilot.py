@@ -24,9 +24,9 @@ import logging
 from pathlib import Path
 
 from bdsgd.config import Config, WandbConfig
+from bdsgd.config.stages import unguarded
 from bdsgd.errors import UserError
-from bdsgd.io import write_json
-from bdsgd.stages import unguarded
+from bdsgd.outputs.io import write_json
 from bdsgd.training.loop import train_run
 from bdsgd.training.spec import RunSpec, run_spec
 

@@ -29,11 +29,11 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from bdsgd import tracking
 from bdsgd.config import Config
 from bdsgd.errors import Stopped
-from bdsgd.io import write_json, write_with
-from bdsgd.provenance import stamp
+from bdsgd.outputs import tracking
+from bdsgd.outputs.io import write_json, write_with
+from bdsgd.outputs.provenance import stamp
 from bdsgd.sgd import evaluate
 from bdsgd.training.run import RunSetup
 
@@ -124,9 +124,16 @@ class Recorder:
         self.bar.set_postfix(acc=f"{self.shown:.3f}", vtime=f"{row['virtual_time_s']:.1f}s",
                              c=row["cutoff"], refresh=False)
         self.last = it
-        if self.stop and not final:
+        self.stop_if_asked()
+
+    def stop_if_asked(self) -> None:
+        """On a stop request, close with its exit code and raise ``Stopped``; the checkpoint is
+        the last row's. At the run's last row too: a job told to stop fails whatever this process
+        writes (Snakemake removes its outputs), and the next job writes them from the checkpoint
+        instead of training the run again."""
+        if self.stop:
             self.close(exit_code=128 + self.stop[0])
-            raise Stopped(self.stop[0], self.run.ckpt_path, it)
+            raise Stopped(self.stop[0], self.run.ckpt_path, self.last)
 
     def close(self, exit_code: int = 0) -> None:
         """Close the bar and the W&B run (a finished run's, exit code 0, with its summary)."""

@@ -22,7 +22,7 @@ from bdsgd.cluster.virtual import VirtualCluster, build
 from bdsgd.config import Config
 from bdsgd.devices import select_device
 from bdsgd.errors import UserError
-from bdsgd.io import write_with
+from bdsgd.outputs.io import write_with
 from bdsgd.runtime_model.checkpoint import read_state
 from bdsgd.sgd import iterations_at_n, time_gradient
 from bdsgd.tasks import WorkerStreams, load_task

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bdsgd import stages
-from bdsgd.config import Config
+from bdsgd.config import Config, stages
 from bdsgd.policies.build import policy_variant
 
 
@@ -32,7 +31,7 @@ def run_spec(cfg: Config | str | Path, task: str, policy: str, seed: int, trace_
              model_path=None, history_path=None, paper_model_path=None) -> RunSpec:
     """The run of ``task`` under ``policy`` (a name with its variant: a UserError where the
     variant is unknown or changes nothing the policy reads) on ``cfg``, a config or a config
-    file (read as the train stage reads it, ``bdsgd.stages``), with the train: keys of the task's
+    file (read as the train stage reads it, ``bdsgd.config.stages``), with the train: keys of the task's
     recipe and of the variant set (``Config.for_task``)."""
     base, keys = policy_variant(policy)
     cfg = (cfg.for_task(task, keys) if isinstance(cfg, Config)

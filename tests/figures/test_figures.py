@@ -33,7 +33,7 @@ from bdsgd.figures.distributed import agreement, distributed_replay_answer, repl
 from bdsgd.figures.inputs import THROUGHPUT_COLUMNS, load_distributed, load_overhead, load_period_sweep
 from bdsgd.figures.render import SUMMARY_COLUMNS, policy_colour, policy_style, render_all
 from bdsgd.figures.verdicts import verdict_table
-from bdsgd.io import write_json
+from bdsgd.outputs.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
 from bdsgd.stats import block_ratio_interval, median_interval, time_to_target_stats

@@ -79,7 +79,7 @@ def test_a_run_refuses_an_unknown_variant_naming_the_flag(tmp_path):
 
 
 def test_the_train_command_runs_a_variant_from_its_stage_config(tmp_path, capsys):
-    """``bdsgd train`` reads its config as stage train (bdsgd.stages) with the variant's keys."""
+    """``bdsgd train`` reads its config as stage train (bdsgd.config.stages) with the variant's keys."""
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({
         "experiment": "v", "traces": {"t": {"source": "simulate"}},

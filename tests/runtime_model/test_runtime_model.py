@@ -94,6 +94,36 @@ def test_training_increases_elbo_and_is_deterministic(tmp_path):
     assert not torch.equal(load_model(c).embedding, load_model(a).embedding)
 
 
+def test_a_stop_at_the_last_epoch_leaves_the_model_to_the_next_job(tmp_path, monkeypatch):
+    """SIGTERM heard in the last epoch: the fit stops with a checkpoint of its end and writes no
+    model (the job fails whatever it writes); the same call writes the uninterrupted model."""
+    import os
+    import signal
+
+    from bdsgd.errors import Stopped
+
+    trace = from_arrays(cluster(40, 6, seed=0), meta={"source": "sim"})
+    cfg = tiny(epochs=3, checkpoint_every=2)
+    whole = train_model(trace, cfg, seed=1, out=tmp_path / "whole.pt", progress=False)
+    real, calls = train_module.run_epoch, []
+
+    def warned_in_epoch_3(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # heard by bdsgd's handler, recorded
+        return real(*args)
+
+    monkeypatch.setattr(train_module, "run_epoch", warned_in_epoch_3)
+    out = tmp_path / "warned.pt"
+    with pytest.raises(Stopped, match="after epoch 3"):
+        train_model(trace, cfg, seed=1, out=out, progress=False)
+    assert not out.exists() and (tmp_path / "warned.pt.ckpt").exists()
+    monkeypatch.setattr(train_module, "run_epoch", lambda *args: pytest.fail("trained again"))
+    train_model(trace, cfg, seed=1, out=out, progress=False)
+    a, b = torch.load(whole, weights_only=True), torch.load(out, weights_only=True)
+    assert a["losses"] == b["losses"] and not (tmp_path / "warned.pt.ckpt").exists()
+
+
 def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch):
     trace = from_arrays(cluster(40, 6, seed=0), meta={"source": "sim"})
     cfg = tiny(epochs=5, checkpoint_every=2)

@@ -17,9 +17,9 @@ import yaml
 
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import SimulateConfig
+from bdsgd.config.validate import SCHEMA_PATH
 from bdsgd.errors import UserError
 from bdsgd.policies.predictors import TruthPredictor
-from bdsgd.schema import SCHEMA_PATH
 from bdsgd.traces.describe import iteration_cov
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.simulate import SCENARIOS, simulate

@@ -81,7 +81,7 @@ def test_a_pilot_trains_its_tasks_recipe(tmp_path):
     """The pilot's config is loaded for its task (``bdsgd pilot --task``), as the workflow
     writes it: configs/paper.yaml's CIFAR-10 recipe sets the runs' rate, batch and budget, each
     factor's run at the recipe's rate times the factor."""
-    from bdsgd.stages import load_stage_config
+    from bdsgd.config.stages import load_stage_config
     from bdsgd.training import run_spec
     from bdsgd.training.pilot import at_rate, budget
 

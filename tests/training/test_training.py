@@ -123,6 +123,39 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, trace_path, monkeypatch)
     assert metrics(whole)["cutoff"].nunique() > 1  # the replayed policy did vary its cutoff
 
 
+def test_a_stop_at_the_last_row_leaves_the_outputs_to_the_next_job(tmp_path, trace_path,
+                                                                    monkeypatch):
+    """SIGTERM (a time limit's warning) heard at the run's last row: the job fails whatever it
+    writes, and Snakemake removes a failed job's outputs. So the run stops with its final
+    checkpoint and writes nothing; the same command writes the outputs from it, the metrics an
+    uninterrupted run's, without training again."""
+    import signal
+
+    from bdsgd.errors import Stopped
+    from bdsgd.training.record import Recorder
+
+    cfg = make_cfg(checkpoint_every=5)
+    whole = train_run(run_spec(cfg, "digits", "oracle", 0, trace_path, tmp_path / "whole"))
+    record = Recorder.record
+
+    def warned_at_the_end(rec, model, row, save):
+        if row["iteration"] >= rec.end:
+            rec.stop.append(signal.SIGTERM)
+        record(rec, model, row, save)
+
+    monkeypatch.setattr(Recorder, "record", warned_at_the_end)
+    out = tmp_path / "warned"
+    with pytest.raises(Stopped):
+        train_run(run_spec(cfg, "digits", "oracle", 0, trace_path, out))
+    assert (out / "checkpoint.pt").exists() and not (out / "metrics.parquet").exists()
+    monkeypatch.undo()
+    train_run(run_spec(cfg, "digits", "oracle", 0, trace_path, out))
+    assert (out / "metrics.parquet").read_bytes() == (whole / "metrics.parquet").read_bytes()
+    assert not (out / "checkpoint.pt").exists()
+    wallclock = json.loads((out / "result.json").read_text())["wallclock"]
+    assert wallclock["resumed_from_iteration"] == metrics(whole)["iteration"].iloc[-1]
+
+
 def test_history_warms_up_learning_policies_and_resumes(tmp_path, trace_path, monkeypatch):
     """--history: ecdf first sees the earlier iterations (a worker 5x slow in all of them), so
     its first cutoff already leaves workers out; sync is unaffected; an interrupted run

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from bdsgd.config import from_dict
+from bdsgd.config.stages import STAGE_READS, load_stage_config, slice_keys
 from bdsgd.layout import Layout, cluster_draw, drawn_from
-from bdsgd.stages import STAGE_READS, load_stage_config, slice_keys
 from tests.helpers import REPO, SNAKEMAKE, snakemake, tiny_config
 
 
@@ -78,7 +78,7 @@ def test_tiny_dag_end_to_end_draws_every_figure_and_table(tiny_dag):
 
 @pytest.mark.slow
 def test_stage_configs_hold_what_each_stage_reads(tiny_dag):
-    """Each stage's config file holds exactly what bdsgd.stages.STAGE_READS declares its command
+    """Each stage's config file holds exactly what bdsgd.config.stages.STAGE_READS declares its command
     reads (less the flags its rule passes instead), with the values the whole config gives: of a
     trace's stages, that trace's; of a run's, its task's and trace's."""
     a, _, cfg = tiny_dag

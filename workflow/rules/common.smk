@@ -5,11 +5,11 @@
 #
 # A stage does not read the whole config: rule stage_config (config.smk) writes, per stage and
 # instance, results/<experiment>/config/<rule>/<name>.yaml holding only the keys that stage's
-# command reads, as bdsgd.stages.STAGE_READS declares them (config_slice below). The text is the
+# command reads, as bdsgd.config.stages.STAGE_READS declares them (config_slice below). The text is the
 # rule's params, so Snakemake rewrites a file, and reruns what reads it, only when its slice
 # changes: one more seed or trace, a new wandb.mode or train.learning_rate leaves the traces, the
 # run-time models and the throughput replays alone. The command loads its file as its stage
-# (`bdsgd.stages.load_stage_config(path, stage)`), on which reading a key the stage does not
+# (`bdsgd.config.stages.load_stage_config(path, stage)`), on which reading a key the stage does not
 # declare is an error, not the schema's default.
 import os
 import re
@@ -24,9 +24,9 @@ from bdsgd.config import CENSORING, GatherConfig, from_dict
 from bdsgd.ladder import TRAINED
 from bdsgd.errors import UserError
 from bdsgd.plan import SECONDS_PER_SAMPLE, bill_device
-from bdsgd.preflight import check, pilot_traces
-from bdsgd.regime import refuse_ties
-from bdsgd.stages import STAGE_READS, slice_keys
+from bdsgd.plan.preflight import check, pilot_traces
+from bdsgd.plan.regime import refuse_ties
+from bdsgd.config.stages import STAGE_READS, slice_keys
 from bdsgd.figures import DRAW_FIGURES as DRAW_FIGURE_TABLE, FIGURES as FIGURE_TABLE, figure_files
 from bdsgd.layout import DRAW, Layout, drawn_from
 from bdsgd.traces import TRACE_FIGURES
@@ -48,13 +48,13 @@ DIST = config["distributed"]["jobs"]
 os.environ.update(BDSGD_PROJECT=workflow.basedir)
 # The user's config file, which a job's error names where its own file is a slice of it (the pilot).
 os.environ.update(BDSGD_CONFIG_SOURCE=CONFIG_FILE)
-# The rules that read a config file of their own: every stage of bdsgd.stages.STAGE_READS.
+# The rules that read a config file of their own: every stage of bdsgd.config.stages.STAGE_READS.
 STAGES = tuple(STAGE_READS)
 
 
 # What the config says that can be checked against its traces, data and cluster, before the
 # first job runs (a dry run checks nothing: onstart runs only when jobs will); a `strict:` config
-# also refuses a cell that cannot separate the policies, as `bdsgd plan --strict` (bdsgd.regime).
+# also refuses a cell that cannot separate the policies, as `bdsgd plan --strict` (bdsgd.plan.regime).
 onstart:
     try:
         check(CFG)
@@ -177,7 +177,7 @@ RUN_CONFIG = "{task}@{trace}"  # the name of a convergence run's config file (st
 def config_slice(stage, name):
     """The config file of stage `stage` (a rule) run for `name` (a trace; <task>@<trace> for
     train and pilot, RUN_CONFIG; a job for distributed, whose policy reads the first train trace's model):
-    exactly what bdsgd.stages.STAGE_READS declares its command reads, less
+    exactly what bdsgd.config.stages.STAGE_READS declares its command reads, less
     the flags its rule passes instead (STAGE_FLAGS), and of each section the instance's part (the
     trace it makes or replays, trace_spec; of train, its task's, train_of).
 

@@ -1,4 +1,4 @@
-# The config files: each stage instance's own, holding what bdsgd.stages.STAGE_READS declares its
+# The config files: each stage instance's own, holding what bdsgd.config.stages.STAGE_READS declares its
 # command reads (common.smk: config_slice), and the whole resolved config, for the record.
 
 

@@ -1,6 +1,6 @@
 # Stage 3b: the pilot (bdsgd.training.pilot), one per task and cluster size: sync runs of the
 # recipe at its learning rate and pilot.lr_factors around it, on the first convergence trace of
-# that size (bdsgd.preflight.pilot_traces). Every convergence run of the task on a trace of that
+# that size (bdsgd.plan.preflight.pilot_traces). Every convergence run of the task on a trace of that
 # size waits for it (train.smk: pilot_input), so a recipe that cannot reach its target stops the
 # workflow here, with the pilot's one line, before the grid starts.
 

@@ -65,7 +65,7 @@ class _Guarded:
 
     def _fail(self, key: str | None = None, *_) -> None:
         raise UndeclaredRead(f"stage {self._stage!r} read config {key or self._key!r}, which "
-                             "bdsgd.stages.STAGE_READS does not declare for it: declare it there "
+                             "bdsgd.config.stages.STAGE_READS does not declare for it: declare it there "
                              "(the workflow then writes it into the stage's config file)")
 
     __bool__ = __len__ = __iter__ = __contains__ = __getitem__ = __hash__ = __eq__ = __lt__ = \

@@ -1,7 +1,7 @@
 """One typed experiment config: loaded from YAML, validated against the JSON schema, hashed.
 
 The schema (``config.schema.yaml`` beside this file, the Snakefile's too) is the one home of every
-default: loading fills them in, checks every field and builds frozen dataclasses.
+default: loading fills them in, checks every field (``validate``) and builds frozen dataclasses.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from bdsgd.config.validate import validate
 from bdsgd.errors import UserError
 from bdsgd.layout import cluster_draw
-from bdsgd.schema import validate
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class TraceSpec:
     format: str | None = None
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
     gather: GatherConfig = field(default_factory=GatherConfig)
-    control: bool = False  # a cluster where no policy should gain over sync (bdsgd.regime)
+    control: bool = False  # a cluster where no policy should gain over sync (bdsgd.plan.regime)
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class WandbConfig:
-    """Where the W&B runs go (``bdsgd.tracking``); mode disabled | offline | online."""
+    """Where the W&B runs go (``bdsgd.outputs.tracking``); mode disabled | offline | online."""
 
     mode: str
     project: str
@@ -270,12 +270,12 @@ class Config:
     distributed: DistributedConfig
     pilot: PilotConfig
     figure_note: str | None  # printed over every figure of the experiment's results
-    strict: bool  # refuse a cell that cannot separate the policies before any job (bdsgd.regime)
+    strict: bool  # refuse a cell that cannot separate the policies before any job (bdsgd.plan.regime)
     source: str = ""  # the file it came from, for error messages; not part of the hash
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config (defaults filled in), as JSON data; of a stage's config
-        (``bdsgd.stages``) the whole, the sections it guards included (their ``_value``)."""
+        (``bdsgd.config.stages``) the whole, the sections it guards included (their ``_value``)."""
         plain = {f.name: getattr(getattr(self, f.name), "_value", getattr(self, f.name))
                  for f in dataclasses.fields(self)}
         data = dataclasses.asdict(dataclasses.replace(self, **plain))
@@ -377,7 +377,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
 
 def load_config(path: str | Path) -> Config:
     """Read, default-fill and validate a YAML config file (a command reads it through
-    ``bdsgd.stages.load_stage_config``, as its stage may)."""
+    ``bdsgd.config.stages.load_stage_config``, as its stage may)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())

@@ -1,6 +1,6 @@
 """The bill before you submit (``bdsgd plan``): every job a config makes, what each asks the
 cluster for, how long the convergence runs will take, and first whether each trace x task cell
-can separate the policies at all (``bdsgd.regime``).
+can separate the policies at all (``bdsgd.plan.regime``).
 
 The jobs are the workflow's rules, counted from the config as the DAG makes them (a test holds
 the counts to a Snakemake dry run's): per trace, the rule that makes it (simulate, import or
@@ -38,10 +38,10 @@ from bdsgd.cluster.clock import LATE
 from bdsgd.cluster.schedules import MODES
 from bdsgd.config import CENSORING, Config
 from bdsgd.ladder import TRAINED
+from bdsgd.plan.preflight import pilot_traces, trace_workers
+from bdsgd.plan.regime import cells, format_cells, record
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
-from bdsgd.preflight import pilot_traces, trace_workers
-from bdsgd.regime import cells, format_cells, record
 from bdsgd.sgd import iterations_at_n
 
 # s, seconds per sample of forward and backward over the union batch, where nothing is measured.
