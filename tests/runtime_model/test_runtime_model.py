@@ -94,6 +94,23 @@ def test_training_increases_elbo_and_is_deterministic(tmp_path):
     assert not torch.equal(load_model(c).embedding, load_model(a).embedding)
 
 
+def in_epoch(monkeypatch, k: int, act) -> None:
+    """``act()`` as the fit's k-th epoch starts (``train_module.run_epoch`` patched)."""
+    real, calls = train_module.run_epoch, []
+
+    def epoch(*args):
+        calls.append(1)
+        if len(calls) == k:
+            act()
+        return real(*args)
+
+    monkeypatch.setattr(train_module, "run_epoch", epoch)
+
+
+def crash() -> None:
+    raise KeyboardInterrupt
+
+
 def test_a_stop_at_the_last_epoch_leaves_the_model_to_the_next_job(tmp_path, monkeypatch):
     """SIGTERM heard in the last epoch: the fit stops with a checkpoint of its end and writes no
     model (the job fails whatever it writes); the same call writes the uninterrupted model."""
@@ -105,15 +122,8 @@ def test_a_stop_at_the_last_epoch_leaves_the_model_to_the_next_job(tmp_path, mon
     trace = from_arrays(cluster(40, 6, seed=0), meta={"source": "sim"})
     cfg = tiny(epochs=3, checkpoint_every=2)
     whole = train_model(trace, cfg, seed=1, out=tmp_path / "whole.pt", progress=False)
-    real, calls = train_module.run_epoch, []
-
-    def warned_in_epoch_3(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGTERM)  # heard by bdsgd's handler, recorded
-        return real(*args)
-
-    monkeypatch.setattr(train_module, "run_epoch", warned_in_epoch_3)
+    # heard by bdsgd's handler, recorded
+    in_epoch(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGTERM))
     out = tmp_path / "warned.pt"
     with pytest.raises(Stopped, match="after epoch 3"):
         train_model(trace, cfg, seed=1, out=out, progress=False)
@@ -128,22 +138,13 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path, monkeypatch):
     trace = from_arrays(cluster(40, 6, seed=0), meta={"source": "sim"})
     cfg = tiny(epochs=5, checkpoint_every=2)
     whole = train_model(trace, cfg, seed=1, out=tmp_path / "whole.pt", progress=False)
-
-    real, calls = train_module.run_epoch, []
-
-    def crash_in_epoch_4(*args):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*args)
-
-    monkeypatch.setattr(train_module, "run_epoch", crash_in_epoch_4)
+    in_epoch(monkeypatch, 4, crash)
     out = tmp_path / "resumed.pt"
     with pytest.raises(KeyboardInterrupt):
         train_model(trace, cfg, seed=1, out=out, progress=False)
     assert not out.exists() and (tmp_path / "resumed.pt.ckpt").exists()
     crashed = torch.load(tmp_path / "resumed.pt.ckpt", weights_only=True)
-    monkeypatch.setattr(train_module, "run_epoch", real)
+    monkeypatch.undo()
     train_model(trace, cfg, seed=1, out=out, progress=False)
     assert not (tmp_path / "resumed.pt.ckpt").exists()
     a, b = torch.load(whole, weights_only=True), torch.load(out, weights_only=True)
