@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -139,6 +140,16 @@ def pytest_collection_finish(session):
     for name in RUNS:  # in RUNS' order: the DAG, that more tests read, first
         if name in needed:
             BACKGROUND.start(name)
+
+
+def pytest_sessionstart(session):
+    """SIGTERM (a CI job cancelled, a `kill`) stops the session as Ctrl-C does: its teardown
+    stops the runs and the SLURM daemons they started."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -299,8 +299,14 @@ def run_profiles(workdir: Path, config: Path, env: dict[str, str] | None = None,
         return run_profile(profile, workdir / f"run-{profile}", config, cluster.env,
                            args=args(profile), **options)
 
+    from tests.helpers import stop_subprocesses
+
     with started_cluster(workdir / "cluster", env) as cluster, ThreadPoolExecutor(len(PROFILES)) as pool:
-        runs = dict(zip(PROFILES, pool.map(run, PROFILES), strict=True))
+        try:
+            runs = dict(zip(PROFILES, pool.map(run, PROFILES), strict=True))
+        except BaseException:  # a session stopped: end the runs, so that the pool and cluster can
+            stop_subprocesses()
+            raise
     return {**runs, "left_running": cluster.running()}
 
 
