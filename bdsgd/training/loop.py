@@ -72,8 +72,7 @@ def train_run(spec: RunSpec) -> Path:
         else:
             mode = Cutoff(cfg, r, model, optimizer, cluster, state, policy,
                           load_inputs([policy], spec.trace, spec.model, spec.paper_model))
-        rec = Recorder(cfg, r, spec.policy, spec.seed, spec.out,
-                       None if state is None else state["metrics"], stop)
+        rec = Recorder(spec, r, None if state is None else state["metrics"], stop)
         start = rec.last
         rows = mode.rows(rec)
         # train.stop_at_target: the run is done at the margin after the target
@@ -84,7 +83,7 @@ def train_run(spec: RunSpec) -> Path:
         rec.stop_if_asked()  # a request after the last row: the outputs wait for the next job
         rec.close()
 
-    write_outputs(cfg, r, rec.log, model, spec.trace, spec.history, spec.out, {
+    write_outputs(spec, r, rec.log, model, {
         "seconds": time.perf_counter() - wall_start, "resumed_from_iteration": start,
         **mode.wallclock()}, mode.summary(),
         clock=cluster.record(r.trace.runtimes, late=trainer is None))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,13 +28,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from bdsgd.config import Config
 from bdsgd.errors import Stopped
 from bdsgd.outputs import tracking
 from bdsgd.outputs.io import write_json, write_with
 from bdsgd.outputs.provenance import stamp
 from bdsgd.sgd import evaluate
 from bdsgd.training.run import RunSetup
+from bdsgd.training.spec import RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -63,16 +62,15 @@ class Recorder:
     passes a multiple of train.checkpoint_every, the progress bar, and a stop request (SIGTERM /
     SIGINT: checkpoint, then ``Stopped``)."""
 
-    def __init__(self, cfg: Config, run: RunSetup, policy: str, seed: int, out_dir: Path,
-                 log: dict | None, stop: list[int]):
-        tc = run.tc
+    def __init__(self, spec: RunSpec, run: RunSetup, log: dict | None, stop: list[int]):
+        cfg, policy, seed, tc = spec.cfg, spec.policy, spec.seed, run.tc
         self.run, self.tc, self.stop = run, tc, stop
         self.log = log if log is not None else {col: [] for col in COLUMNS}
         self.last = self.log["iteration"][-1] if self.log["iteration"] else 0
         task, rows = run.identity["task"], len(self.log["iteration"])
         history = [(self.log["iteration"][i], {col: self.log[col][i] for col in COLUMNS})
                    for i in range(rows)]
-        self.wandb = (tracking.start(cfg, policy, f"{task}-{policy}-s{seed}", out_dir,
+        self.wandb = (tracking.start(cfg, policy, f"{task}-{policy}-s{seed}", spec.out,
                                      "virtual_time_s", tracking.id_of(
                                          {"experiment": cfg.experiment, **run.identity}),
                                      history, task=task, trace=cfg.run_trace(), seed=seed)
@@ -169,14 +167,12 @@ def metrics_summary(metrics: pd.DataFrame, target: float) -> dict:
     }
 
 
-def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace_path, history_path,
-                  out_dir: Path, wallclock: dict, extra: dict | None = None,
-                  clock: dict | None = None) -> dict:
-    """metrics.parquet, model.pt and result.json (``extra``: the mode's summary keys; ``clock``:
-    the virtual cluster's, ``bdsgd.cluster.virtual.VirtualCluster.record``); removes the
-    checkpoint.
-    ``wallclock``: this process's timings, after the common note."""
-    task, policy, seed = (run.identity[k] for k in ("task", "policy", "seed"))
+def write_outputs(spec: RunSpec, run: RunSetup, log: dict, model: nn.Module, wallclock: dict,
+                  extra: dict | None = None, clock: dict | None = None) -> dict:
+    """The run's metrics.parquet, model.pt and result.json (``extra``: the mode's summary keys;
+    ``clock``: the virtual cluster's, ``bdsgd.cluster.virtual.VirtualCluster.record``); removes
+    the checkpoint. ``wallclock``: this process's timings, after the common note."""
+    cfg, task, policy, seed, out_dir = spec.cfg, spec.task, spec.policy, spec.seed, spec.out
     T, n = run.trace.runtimes.shape
     metrics = metrics_frame(log)
     write_with(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
@@ -188,9 +184,9 @@ def write_outputs(cfg: Config, run: RunSetup, log: dict, model: nn.Module, trace
         "trace": cfg.run_trace(), **(extra or {}),
     }
     write_json(out_dir / "result.json", {
-        **stamp(cfg, seed, task=task, policy=policy, trace=str(trace_path),
+        **stamp(cfg, seed, task=task, policy=policy, trace=str(spec.trace),
                 trace_meta=run.trace.meta),
-        "history": None if run.history is None else {"path": str(history_path),
+        "history": None if run.history is None else {"path": str(spec.history),
                                                      "n_iterations": run.history.n_iterations},
         "summary": summary, "clock": clock, "wallclock": {
             "note": "wall-clock of this process; varies run to run, not part of compared tables",
