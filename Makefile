@@ -23,10 +23,10 @@ install: $(VENV)/.synced
 smoke: install  ## the whole evaluation at toy scale: figures/smoke/
 	snakemake --profile profiles/smoke
 
-test: install  ## every test: unit, CLI subprocess, snakemake DAG, lint
+test: install  ## unit, CLI subprocess, the snakemake DAG end to end, lint (the long tests: test-long)
 	pytest -q
 
-test-long: install  ## the long tests (minutes): a convergence run past its SLURM time limit, every figure rendered twice
+test-long: install  ## the long tests (minutes): the tiny DAG on SLURM and by hand, runs stopped for real and resumed (past a time limit too), every figure rendered twice
 	pytest -q -m long
 
 lint: install

@@ -314,16 +314,6 @@ def _imagenet(root: Path) -> Task:
     return Task("imagenet", train, test, classes, lambda: _resnet18(classes))
 
 
-# The folders under train.data_dir each task's reader opens (digits ships with scikit-learn).
-DATA_FOLDERS = {"digits": (), "mnist": ("MNIST/raw",), "cifar10": ("cifar-10-batches-py",),
-                "imagenet": ("imagenet/train", "imagenet/val")}
-
-
-def data_folders(name: str, data_dir: str | Path) -> list[Path]:
-    """The folders task ``name`` reads under ``data_dir``."""
-    return [Path(data_dir) / folder for folder in DATA_FOLDERS[name]]
-
-
 def load_task(name: str, data_dir: str | Path, loader_workers: int = 0,
               pin: bool = False) -> Task:
     """The named task's data (train and test split) and model constructor; an image folder's

@@ -68,7 +68,7 @@ def killed_and_resumed(tmp: Path, config: Path, name: str, *flags: str,
     out = tmp / f"{name}.json"
     args = [sys.executable, "-m", "bdsgd", "distributed", "--workers", str(WORKERS), "--config",
             str(config), "--json", str(out), *flags]
-    job = subprocess.Popen(args, start_new_session=True, cwd=REPO, env=env,
+    job = subprocess.Popen(args, process_group=0, cwd=REPO, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoint = tmp / f"{name}.checkpoint.pt"
     try:

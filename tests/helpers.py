@@ -64,11 +64,13 @@ _STOPPED = threading.Event()
 def run_stoppable(args: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run(args, capture_output=True, text=True)`` in a process group of its own,
     which a timeout or ``stop_subprocesses`` (the session's end) kills whole: Snakemake's jobs
-    too, not only Snakemake."""
+    too, not only Snakemake. A group, not a session: Linux schedules each session as a group of
+    its own (autogroup) with an equal share of the CPU, whatever the niceness of the background
+    runs that start one (conftest.py: _yield_to_the_tests)."""
     if _STOPPED.is_set():
         raise RuntimeError("the test session is over: no more subprocesses")
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True, **kwargs) as proc:
+                          process_group=0, **kwargs) as proc:
         _RUNNING.add(proc)
         try:
             out, err = proc.communicate(timeout=timeout)

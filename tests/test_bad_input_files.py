@@ -774,6 +774,7 @@ def test_a_missing_data_set_is_said_in_bdsgd_terms(task, tmp_path, capsys):
 SLOW_MODEL = {"epochs": 3, "chunk": 8, "hidden_dim": 8, "checkpoint_every": 1000, "batch_size": 4}
 
 
+@pytest.mark.long  # a process stopped for real: make test-long (CI runs it)
 def test_sigterm_stops_model_training_with_a_checkpoint_and_the_command_resumes(tmp_path):
     trace = trace_file(tmp_path, RNG.lognormal(size=(24, 4)) + 0.1)
     config = config_file(tmp_path, model=SLOW_MODEL)

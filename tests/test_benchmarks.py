@@ -148,7 +148,7 @@ def test_a_script_run_twice_with_results_keeps_one_block(tmp_path):
     assert "hindsight_best_mean_cutoff" in text  # what the script printed
 
 
-@pytest.mark.slow  # writes three data sets and trains each task's network
+@pytest.mark.long  # writes three data sets and trains each task's network: make test-long
 def test_the_gpu_script_runs_end_to_end_at_toy_sizes(tmp_path):
     """benchmarks/gpu_check.py --tiny on this machine's CPU: the data written in the real
     formats and read back by the trainer, the bill's s measured for every task, one cell each,

@@ -82,8 +82,8 @@ def test_help_documents_every_flag(command, capsys):
             assert flag in out
 
 
-# ------------------------------------------------------------------------ the stages by hand
-@pytest.mark.slow
+# ------------------------------------------------------ the stages, by hand and in the DAG
+@pytest.mark.long  # the stages run by hand once more: make test-long (CI runs it)
 def test_the_stages_by_hand_reproduce_the_dags_results(tiny_dag, stages_by_hand):
     """The DAG's commands run by hand, on the whole config file (no stage config files), make
     the session DAG's tables byte for byte (less a trace's provenance stamp: tests.helpers.
@@ -126,11 +126,11 @@ def same(a, b, *besides: str) -> bool:
 
 
 @pytest.mark.slow
-def test_traces_describe(stages_by_hand, capsys):
-    hand, _, _ = stages_by_hand  # `traces describe --json`, by hand
-    stats = json.loads((hand / "results/tiny/traces/pai/describe.json").read_text())
+def test_traces_describe(tiny_dag, capsys):
+    dag, _, _ = tiny_dag  # the DAG's describe_trace: `traces describe --json`
+    stats = json.loads((dag / "results/tiny/traces/pai/describe.json").read_text())
     assert stats["workers"] == 10
-    assert main(["traces", "describe", str(hand / "results/tiny/traces/sim/trace.parquet")]) == 0
+    assert main(["traces", "describe", str(dag / "results/tiny/traces/sim/trace.parquet")]) == 0
     assert capsys.readouterr().out.strip()
 
 
@@ -153,31 +153,31 @@ def test_traces_plot(tiny_dag):
 
 
 @pytest.mark.slow
-def test_throughput_contract(stages_by_hand):
-    hand, _, _ = stages_by_hand
-    table = json.loads((hand / "results/tiny/throughput/sim/throughput.json").read_text())
+def test_throughput_contract(tiny_dag):
+    dag, _, _ = tiny_dag
+    table = json.loads((dag / "results/tiny/throughput/sim/throughput.json").read_text())
     for name in ("sync", "static", "elfving", "ecdf", "bandit", "bdsgd", "oracle"):
         assert set(table["policies"][name]) >= CONTRACT_KEYS, name
     # late workers finish (the default): the hindsight plan of independent iterations is a
     # reference the replay cannot beat, and reaches it only where no cut worker starts late
     assert table["trace"]["late"] == "finish"
     assert 0.5 < table["policies"]["oracle"]["relative_to_oracle"] <= 1.0
-    decisions = pd.read_parquet(hand / "results/tiny/throughput/sim/decisions.parquet")
+    decisions = pd.read_parquet(dag / "results/tiny/throughput/sim/decisions.parquet")
     assert {"policy", "iteration", "cutoff"} <= set(decisions.columns)
 
 
 @pytest.mark.slow
-def test_model_sample(stages_by_hand, tmp_path):
-    hand, _, _ = stages_by_hand
-    assert main(["model", "sample", str(hand / "results/tiny/models/sim/model.pt"),
+def test_model_sample(tiny_dag, tmp_path):
+    dag, _, _ = tiny_dag
+    assert main(["model", "sample", str(dag / "results/tiny/models/sim/model.pt"),
                  "--iterations", "20", "--out", str(tmp_path / "sampled.parquet")]) == 0
     assert len(pd.read_parquet(tmp_path / "sampled.parquet")) == 20 * 6
 
 
 @pytest.mark.slow
-def test_figures_and_summary(stages_by_hand):
-    hand, _, _ = stages_by_hand  # `bdsgd figures` of the results folder the stages laid out
-    summary = pd.read_csv(hand / "figures/tiny/summary.csv")
+def test_figures_and_summary(tiny_dag):
+    dag, _, _ = tiny_dag  # the DAG's figures rule: `bdsgd figures` of its results folder
+    summary = pd.read_csv(dag / "figures/tiny/summary.csv")
     assert list(summary.columns[:7]) == ["task", "policy", "seed", "time_to_target_s",
                                          "final_accuracy", "gradients_per_s", "mean_cutoff"]
     assert sorted(summary["policy"]) == ["bdsgd", "sync"]

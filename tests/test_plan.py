@@ -18,6 +18,7 @@ from tests.helpers import REPO, bdsgd_in_process, job_stats, run_cli, snakemake
 @pytest.mark.slow  # runs snakemake
 @pytest.mark.parametrize("config", ["configs/smoke.yaml", "configs/paper.yaml"])
 def test_the_plans_jobs_are_the_dags(config, tmp_path):
+    """Each shipped config's DAG builds (a dry run of every job), and its jobs are the plan's."""
     proc = snakemake("-n", "-F", "--configfile", config, "--cores", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     dag = {rule: n for rule, n in job_stats(proc.stdout).items() if rule not in LOCAL}

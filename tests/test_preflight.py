@@ -46,13 +46,14 @@ def test_a_good_config_passes_and_a_plan_away_from_the_data_checks_no_folder():
 @pytest.mark.parametrize("changes, key", [
     ({"policies": {"static_backups": 30}}, "policies.static_backups"),
     ({"train": {"trace": "t", "tasks": ["mnist"], "data_dir": "nowhere"}}, "train.data_dir"),
-    ({"network": {"topology": "tree"}}, "network.topology"),  # the schema's, at parse time
-    # strict: a straggler cell on a link 1,000 times slower than its compute ties with sync
-    ({"strict": True, "traces": {"t": {"source": "simulate", "simulate": {
+    # the schema's, at parse time; and strict: a straggler cell on a link 1,000 times slower
+    # than its compute ties with sync (both: make test-long, which CI runs)
+    pytest.param({"network": {"topology": "tree"}}, "network.topology", marks=pytest.mark.long),
+    pytest.param({"strict": True, "traces": {"t": {"source": "simulate", "simulate": {
         "workers": 4, "iterations": 40, "scenario": "emerging-straggler"}}},
       "network": {"topology": "ps", "bandwidth_gbit_s": 0.01},
       "train": {"trace": "t", "tasks": ["digits"], "max_iterations": 5, "clock": "scaled",
-                "gradient_s": 1e-4}}, "network: cannot separate"),
+                "gradient_s": 1e-4}}, "network: cannot separate", marks=pytest.mark.long),
 ])
 def test_the_workflow_stops_before_its_first_job(tmp_path, changes, key):
     path = tmp_path / "bad.yaml"

@@ -60,7 +60,8 @@ FAULTS = {
 def collected(modules: set[str]) -> Counter:
     """Test function -> how many cases pytest collects of it, in ``modules``."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "-p", "no:cacheprovider", *(f"tests/{m}" for m in sorted(modules))],
+                           "-p", "no:cacheprovider", "-m", "long or not long",  # make test-long's too
+                           *(f"tests/{m}" for m in sorted(modules))],
                           cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

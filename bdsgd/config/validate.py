@@ -20,8 +20,17 @@ def _schema() -> dict[str, Any]:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
-# The tasks a config may name, in the schema's one list (``bdsgd.tasks`` loads each).
+# The tasks a config may name, in the schema's one list (``bdsgd.tasks`` loads each), and the
+# folders under train.data_dir each task's reader opens (digits ships with scikit-learn): here,
+# not beside the readers, so that checking a config (the workflow's start) needs no torch.
 TASKS = tuple(_schema()["properties"]["train"]["properties"]["tasks"]["items"]["enum"])
+DATA_FOLDERS = {"digits": (), "mnist": ("MNIST/raw",), "cifar10": ("cifar-10-batches-py",),
+                "imagenet": ("imagenet/train", "imagenet/val")}
+
+
+def data_folders(name: str, data_dir: str | Path) -> list[Path]:
+    """The folders task ``name`` reads under ``data_dir``."""
+    return [Path(data_dir) / folder for folder in DATA_FOLDERS[name]]
 
 
 def _with_defaults(validator_class):

@@ -42,7 +42,6 @@ from bdsgd.plan.preflight import pilot_traces, trace_workers
 from bdsgd.plan.regime import cells, format_cells, record
 from bdsgd.policies import model_files
 from bdsgd.policies import spec as policy_spec
-from bdsgd.sgd import iterations_at_n
 
 # s, seconds per sample of forward and backward over the union batch, where nothing is measured.
 # On a GPU: MNIST (digits as MNIST), an H100's at 158 workers x 32 samples in chunks of 1,024
@@ -92,6 +91,8 @@ def run_seconds(cfg: Config, task: str, n: int, s: float, alone: float) -> dict[
     a cut computes fewer) with s per sample over the union batch, a mode (async, cyclic) with
     ``alone`` per sample, each worker's gradient alone; both with the loader's decoding and the
     evaluations."""
+    from bdsgd.sgd import iterations_at_n  # torch: the workflow's start reads this module
+
     run = cfg.for_task(task).training()  # its recipe's
     iterations = iterations_at_n(run, n, TRAIN_SAMPLES[task])
     decode = DECODE_S.get(task, 0.0) / max(1, run.loader_workers)

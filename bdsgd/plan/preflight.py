@@ -17,10 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from bdsgd.config import Config
+from bdsgd.config.validate import data_folders
 from bdsgd.errors import UserError
 from bdsgd.layout import explored, policy_parts
 from bdsgd.policies import spec
-from bdsgd.tasks import data_folders
 
 
 def trace_workers(cfg: Config, name: str) -> int:

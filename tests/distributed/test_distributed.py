@@ -105,14 +105,18 @@ def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(distribu
 def test_the_server_records_each_workers_own_compute_seconds(distributed_jobs):
     """The metrics' compute_s: per iteration each worker's compute seconds as the worker measured
     them (its gradient and its injected wait: 0.02 s, 5x for the straggler), none where no
-    gradient of that iteration came. Under abandon the straggler is cut and drops its work every
-    time; under finish its late gradients carry its own seconds, across the job's kill and
-    resume."""
+    gradient of that iteration came. Under abandon the server takes the first 2 of 3 each
+    iteration: the straggler is cut and drops its work nearly every time (on a loaded machine
+    another worker may start an iteration later than it); under finish its late gradients carry
+    its own seconds, across the job's kill and resume."""
     (static, _), finish = distributed_jobs["static"], distributed_jobs["finish"].result
     x = np.stack(pd.read_parquet(static["metrics"])["compute_s"])
     assert x.shape == (30, WORKERS)
-    assert np.isnan(x[:, 1]).all() and not np.isnan(x[:, [0, 2]]).any()
-    assert (x[:, [0, 2]] >= 0.02).all() and np.median(x[:, [0, 2]]) < 0.05
+    assert (np.isfinite(x).sum(axis=1) >= 2).all()  # 3 where the straggler was in time too
+    straggler = x[~np.isnan(x[:, 1]), 1]
+    assert len(straggler) <= 5 and (straggler >= 5 * 0.02).all(), x[:, 1]
+    others = x[:, [0, 2]][np.isfinite(x[:, [0, 2]])]
+    assert (others >= 0.02).all() and np.median(others) < 0.05
     y = np.stack(pd.read_parquet(finish["metrics"])["compute_s"])
     late = y[~np.isnan(y[:, 1]), 1]
     assert len(late) >= 3 and (late >= 5 * 0.02).all()

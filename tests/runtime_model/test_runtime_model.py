@@ -180,6 +180,7 @@ def test_impute_draws_from_the_same_iterations_uncensored():
     assert set(filled[0, 2:].tolist()) <= {1.0, 2.0} and filled[1, 1:].tolist() == [3.0] * 3
 
 
+@pytest.mark.long  # two models trained to convergence: make test-long (CI runs it)
 def test_censoring_bias_likelihood_beats_imputation(tmp_path):
     """Truth known: i.i.d. log-normal run-times, the slowest 40 % censored in training. The
     likelihood model's predicted censored tail (top order statistics) is closer to the truth."""

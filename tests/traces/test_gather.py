@@ -38,7 +38,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # three worker processes and a server: make test-long (CI runs it)
 def test_cli_gathers_three_workers(tmp_path, clean_env):
     """By name, from a config whose other trace is simulated, with the flags' workers and
     iterations (not the config's): one row per worker and iteration."""

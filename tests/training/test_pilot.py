@@ -31,7 +31,7 @@ def test_the_tiny_dags_pilot_passed_and_its_runs_followed(tiny_dag):
     assert run.stat().st_mtime >= (pilot / "pilot.json").stat().st_mtime
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a DAG of pilots: make test-long (CI runs it)
 def test_a_recipe_that_cannot_reach_its_target_stops_the_dag_before_its_runs(tmp_path):
     """A target digits cannot reach in 10 iterations: Snakemake stops at the pilot with its one
     line, naming the user's config file, the recipe, the accuracy reached and the budget, and no
@@ -52,7 +52,7 @@ def test_a_recipe_that_cannot_reach_its_target_stops_the_dag_before_its_runs(tmp
     assert not (tmp_path / "results/tiny/pilot/sim/digits/pilot.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a DAG stopped for real and run again: make test-long (CI runs it)
 def test_a_stopped_pilot_resumes_with_the_runs_it_finished(tmp_path):
     """bdsgd pilot run again after its verdict (or a stop): every run that finished with the same
     config is read back, not trained again."""

@@ -313,7 +313,7 @@ def test_the_bdsgd_policys_filtering_is_on_the_virtual_clock(tmp_path, trace_pat
     np.testing.assert_allclose(m["virtual_time_s"], np.cumsum(served + 0.25))
 
 
-@pytest.mark.slow  # a process stopped for real
+@pytest.mark.long  # a process stopped for real: make test-long (CI runs it)
 def test_sigterm_checkpoints_and_the_same_command_resumes_to_identical_metrics(tmp_path, trace_path,
                                                                                capsys):
     """SLURM's preemption notice, sent for real: the run stops at an iteration boundary with a

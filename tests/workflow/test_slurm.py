@@ -2,8 +2,9 @@
 run_on_slurm, in the background from the session's start) runs the session's tiny DAG through
 profiles/slurm and profiles/cluster-generic, each a part of it (slurm_cluster.PROFILES), every
 job as a SLURM job, with the result tables of the session's local run (conftest.py: tiny_dag),
-byte for byte; a dry run shows what each paper job asks SLURM for; and (a long test: make test-long) a
-convergence run longer than its time limit goes on in new jobs to the metrics of a local run."""
+byte for byte; a dry run shows what each paper job asks SLURM for. The runs on the cluster are
+long tests (make test-long, which CI runs): the tiny DAG through the profiles, then a
+convergence run longer than its time limit that goes on in new jobs to the metrics of a local run."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ needs_slurm = pytest.mark.skipif(
 
 
 @needs_slurm
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("profile", PROFILES)
 def test_tiny_dag_on_slurm_equals_the_local_run(slurm_runs, tiny_dag, profile):
     run = slurm_runs[profile]
@@ -52,7 +53,7 @@ def test_tiny_dag_on_slurm_equals_the_local_run(slurm_runs, tiny_dag, profile):
 
 
 @needs_slurm
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_profiles_run_every_rule_of_the_dag_between_them(slurm_runs, tiny_dag):
     """Each rule the local DAG ran as a job went to SLURM through one profile or the other, but
     the figures of the whole DAG, which read every result (slurm_cluster.PROFILES)."""
@@ -64,7 +65,7 @@ def test_the_profiles_run_every_rule_of_the_dag_between_them(slurm_runs, tiny_da
 
 
 @needs_slurm
-@pytest.mark.slow
+@pytest.mark.long
 def test_every_daemon_the_cluster_started_is_stopped(slurm_runs):
     """Also when a run or the cluster's start failed (slurm_cluster.run_on_slurm)."""
     assert slurm_runs["left_running"] == [], f"daemons left running: {slurm_runs['left_running']}"
@@ -111,9 +112,11 @@ def test_paper_dry_run_shows_what_each_job_asks_slurm_for(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="module")
-def runs_past_time_limit(tmp_path_factory) -> dict:
+def runs_past_time_limit(slurm_runs, tmp_path_factory) -> dict:
     """A convergence run longer than its one-minute time limit, made locally and through each
-    profile on a cluster started for it (slurm_cluster.run_past_time_limit): what that returns."""
+    profile on a cluster started for it (slurm_cluster.run_past_time_limit): what that returns.
+    After the tiny DAG's SLURM runs (``slurm_runs``): one cluster at a time on 2 cores, whose load
+    would move the time limit's warnings."""
     return run_past_time_limit(tmp_path_factory.mktemp("time-limit"))
 
 
