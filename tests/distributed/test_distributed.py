@@ -93,8 +93,10 @@ def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(distribu
     assert finish["censored_fraction"] < abandon["censored_fraction"]
     trace = read_trace(finish["trace"])
     assert trace.meta["source"] == "distributed" and trace.censored[:, 1].mean() < 1
+    # the 5x worker, seen: its injected wait 4 x 0.02 s longer than worker 0's (at least half of
+    # it in the medians; the rest of a run-time, messages and scheduling, grows with the load)
     observed = trace.runtimes[~trace.censored[:, 1], 1]
-    assert np.median(observed) > 3 * np.median(trace.runtimes[:, 0])  # the 5x worker, seen
+    assert np.median(observed) - np.median(trace.runtimes[:, 0]) > 0.5 * 4 * 0.02
     model = tmp_path / "model.pt"
     assert main(["model", "train", finish["trace"], "--out", str(model), "--epochs", "2",
                  "--quiet"]) == 0
