@@ -110,7 +110,7 @@ def regime_cfg(bandwidth_gbit_s: float, gradient_s: float):
                   "gradient_s": gradient_s}})
 
 
-def test_the_plan_states_each_cells_regime_and_strict_refuses_a_tie(tmp_path):
+def test_the_plan_states_each_cells_regime_and_strict_refuses_a_tie(tmp_path, capsys):
     """Compute-dominated (a 50 ms gradient, 100 Gbit/s): the straggler cell is informative, the
     calm one a control. Communication-dominated (a 0.1 ms gradient on 1 Gbit/s): the link hides
     the straggler and the optimum ties with sync; --strict refuses that config in one line."""
@@ -133,12 +133,12 @@ def test_the_plan_states_each_cells_regime_and_strict_refuses_a_tie(tmp_path):
         "network": {"topology": "ps", "bandwidth_gbit_s": 1.0},
         "train": {"trace": "t", "tasks": ["mnist"], "clock": "scaled", "gradient_s": 1e-4,
                   "data_dir": str(data)}}))
-    proc = run_cli("plan", "--config", config, "--strict", check=False)
+    proc = bdsgd_in_process(capsys, "plan", "--config", config, "--strict")
     assert proc.returncode == 2 and "t x mnist" in proc.stderr.strip().splitlines()[-1]
     assert "cannot separate" in proc.stdout  # the table is printed before the refusal
 
 
-def test_strict_accepts_the_paper_config_and_refuses_its_old_network(tmp_path):
+def test_strict_accepts_the_paper_config_and_refuses_its_old_network(tmp_path, capsys):
     """configs/paper.yaml's cells all separate the policies or are controls; the same grid on
     one 10 GbE server moving ImageNet's gradient cannot, and --strict says so in one line."""
     config = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
@@ -148,7 +148,7 @@ def test_strict_accepts_the_paper_config_and_refuses_its_old_network(tmp_path):
     config["train"]["data_dir"] = str(data)
     paper = tmp_path / "paper.yaml"
     paper.write_text(yaml.safe_dump(config))
-    proc = run_cli("plan", "--config", paper, "--strict", check=False)
+    proc = bdsgd_in_process(capsys, "plan", "--config", paper, "--strict")
     assert proc.returncode == 0, proc.stderr
     verdicts = Counter(line.split()[-1] for line in proc.stdout.splitlines()
                        if line.startswith(("sim-", "pai-")) and "/" not in line)
@@ -156,7 +156,7 @@ def test_strict_accepts_the_paper_config_and_refuses_its_old_network(tmp_path):
     config["network"] = {"topology": "ps", "bandwidth_gbit_s": 10.0, "latency_s": 5.0e-5}
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump(config))
-    proc = run_cli("plan", "--config", old, "--strict", check=False)
+    proc = bdsgd_in_process(capsys, "plan", "--config", old, "--strict")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert f"{old}: network: cannot separate" in proc.stderr
     assert "sim-straggler x imagenet" in proc.stderr

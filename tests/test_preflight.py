@@ -9,7 +9,7 @@ import yaml
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
 from bdsgd.plan.preflight import check
-from tests.helpers import REPO, run_cli, snakemake
+from tests.helpers import REPO, bdsgd_in_process, snakemake
 
 SIM = {"source": "simulate", "simulate": {"workers": 4, "iterations": 40}}
 
@@ -66,10 +66,10 @@ def test_the_workflow_stops_before_its_first_job(tmp_path, changes, key):
     assert not (tmp_path / "wd" / "results").exists()  # no job ran
 
 
-def test_plan_checks_the_config_first(tmp_path):
+def test_plan_checks_the_config_first(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config(policies={"static_backups": 30})))
-    proc = run_cli("plan", "--config", path, check=False)
+    proc = bdsgd_in_process(capsys, "plan", "--config", path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"bdsgd: error: {path}: policies.static_backups: 30 backup "
                                    "workers leave none of trace t's 4 workers to wait for")

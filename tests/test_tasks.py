@@ -15,7 +15,15 @@ from PIL import Image
 
 from bdsgd.config import from_dict
 from bdsgd.errors import UserError
-from bdsgd.tasks import WorkerStreams, load_task, shift_and_flip
+from bdsgd.tasks import (
+    CLASSES,
+    NETWORKS,
+    WorkerStreams,
+    gradient_bytes,
+    load_task,
+    shift_and_flip,
+    task_gradient_bytes,
+)
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from bdsgd.training import run_spec, train_run
@@ -210,3 +218,11 @@ def test_only_cifar_training_batches_are_augmented(tmp_path, cifar_without_md5):
     x, _ = task.batch(task.train, idx, np.arange(4))
     assert not torch.equal(x, task.batch(task.train, idx)[0])  # seeded: augmented
     assert torch.equal(task.batch(task.test, idx, np.arange(4))[0], task.test.tensors[0][idx])
+
+
+def test_a_tasks_gradient_bytes_are_its_networks():
+    """Counted on the meta device, as many bytes as the built network's parameters hold;
+    ImageNet's ResNet-18 has its 11,689,512 (GroupNorm's affine parameters are BatchNorm's)."""
+    for task in ("digits", "mnist", "cifar10"):
+        assert task_gradient_bytes(task) == gradient_bytes(NETWORKS[task](CLASSES[task])), task
+    assert task_gradient_bytes("imagenet") == 4 * 11_689_512
