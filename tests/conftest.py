@@ -1,6 +1,6 @@
 """Shared fixtures: a tiny experiment config written to disk like a user's, and the session's
-runs: the tiny DAG once locally, its stages once by hand, once on SLURM (where SLURM's daemons
-are installed), and the real distributed jobs.
+runs: the tiny DAG once locally, and the real distributed jobs; for the long tests (make
+test-long) also its stages once by hand and once on SLURM (where SLURM's daemons are installed).
 
 The runs the selected tests read start in the background as soon as the tests are collected (on
 three threads of this process that wait on their subprocesses, in this environment as it was then),
