@@ -14,8 +14,10 @@ $(UV):
 	if command -v uv > /dev/null; then mkdir -p $(@D) && ln -s "$$(command -v uv)" $@; \
 	else python3 -m venv .tools && .tools/bin/python -m pip install --quiet uv; fi
 
+# --compile-bytecode: every module compiled once here, not by the first processes that import it
+# (a test session, a DAG's parallel jobs), each compiling torch's thousands of files at once.
 $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
-	$(UV) sync --locked
+	$(UV) sync --locked --compile-bytecode
 	touch $@
 
 install: $(VENV)/.synced
