@@ -110,19 +110,20 @@ def test_the_server_records_each_workers_own_compute_seconds(distributed_jobs):
     gradient of that iteration came. Under abandon the server takes the first 2 of 3 each
     iteration: the straggler is cut and drops its work nearly every time (on a loaded machine
     another worker may start an iteration later than it); under finish its late gradients carry
-    its own seconds, across the job's kill and resume."""
+    its own seconds, across the job's kill and resume. A wait is a lower bound of the seconds it
+    is in; the gradient's own seconds grow with the machine's load."""
     (static, _), finish = distributed_jobs["static"], distributed_jobs["finish"].result
     x = np.stack(pd.read_parquet(static["metrics"])["compute_s"])
     assert x.shape == (30, WORKERS)
     assert (np.isfinite(x).sum(axis=1) >= 2).all()  # 3 where the straggler was in time too
     straggler = x[~np.isnan(x[:, 1]), 1]
     assert len(straggler) <= 5 and (straggler >= 5 * 0.02).all(), x[:, 1]
-    others = x[:, [0, 2]][np.isfinite(x[:, [0, 2]])]
-    assert (others >= 0.02).all() and np.median(others) < 0.05
+    assert (x[:, [0, 2]][np.isfinite(x[:, [0, 2]])] >= 0.02).all()
     y = np.stack(pd.read_parquet(finish["metrics"])["compute_s"])
     late = y[~np.isnan(y[:, 1]), 1]
-    assert len(late) >= 3 and (late >= 5 * 0.02).all()
-    assert not np.isnan(y[:, [0, 2]]).any() and np.median(y[:, [0, 2]]) < 0.05
+    assert len(late) >= 3 and (late >= 5 * 0.02).all() and (y[:, [0, 2]] >= 0.02).all()
+    # the straggler's 4 x 0.02 s more of waiting, at least half of it in the medians
+    assert np.median(late) - np.median(y[:, [0, 2]]) > 0.5 * 4 * 0.02
 
 
 def test_bad_flags_are_one_line_errors(tmp_path, config, capsys):
