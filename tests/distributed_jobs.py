@@ -20,6 +20,10 @@ import yaml
 from tests.helpers import REPO, run_cli, wandb_offline_env
 
 WORKERS = 3
+# Each worker's injected wait an iteration, and the straggler's (worker 1) factor on it: waits
+# that dwarf what a loaded 2-core machine adds to an iteration (messages, scheduling: tenths of a
+# second while the session's other runs go on), so that who is late is the injection's doing.
+DELAY_S, SLOW = 0.2, 5
 WANDB_PROJECT = "bdsgd-test"
 
 
@@ -98,14 +102,14 @@ def logged_to_wandb(tmp: Path, env: dict[str, str]) -> tuple[dict, subprocess.Co
 
 def run_distributed_jobs(workdir: Path, _config: Path, env: dict[str, str]) -> dict:
     """The session's jobs, in ``env``, at once, in ``workdir`` (the tiny DAG's config is not
-    theirs). Worker 1 takes 5x as long, 30 iterations, a checkpoint every 5: "sync" (whose worker
-    2 also dies at iteration 5), "static" (c = n - 1, late gradients abandoned): (result,
+    theirs). Worker 1 waits SLOW x as long (DELAY_S), 30 iterations, a checkpoint every 5:
+    "sync" (whose worker 2 also dies at iteration 5), "static" (c = n - 1, late gradients abandoned): (result,
     process) each; and "finish" (static with late: finish, its messages padded to a bigger
     model's), killed once it has checkpointed and run again (Resumed); and "wandb", a job that
     logs to W&B offline (``logged_to_wandb``)."""
     workdir.mkdir(parents=True)
     config = write_config(workdir / "config.yaml")
-    common = ("--iterations", "30", "--inject-straggler", "1:5", "--delay-s", "0.02")
+    common = ("--iterations", "30", "--inject-straggler", f"1:{SLOW}", "--delay-s", str(DELAY_S))
     with ThreadPoolExecutor(max_workers=4) as pool:
         started = {
             "wandb": pool.submit(logged_to_wandb, workdir / "wandb", env),

@@ -111,7 +111,7 @@ def throughput_bars(table: pd.DataFrame, decisions: pd.DataFrame, path: Path) ->
         ax.set(ylim=(bottom, max(1.0, np.nanmax(values)) + 0.04 + 0.1 * (1 - bottom)),
                ylabel="throughput / hindsight oracle",
                title=f"{trace}: throughput of each policy (accepted gradients per second), axis "
-                     f"from {bottom:.2f}; whiskers: 95% batch-means interval over {BLOCKS} "
+                     f"from {bottom:.2f}\nwhiskers: 95% batch-means interval over {BLOCKS} "
                      "blocks of iterations")
         ax.axhline(1.0, color="k", lw=0.8)
     axes[-1, 0].set_xlabel("policy (decision rule)")

@@ -17,7 +17,7 @@ from bdsgd.devices import select_device
 from bdsgd.distributed.ps import Round
 from bdsgd.traces.io import read_trace, write_trace
 from bdsgd.traces.schema import from_arrays
-from tests.distributed_jobs import WORKERS, Resumed, processes_of, write_config
+from tests.distributed_jobs import DELAY_S, SLOW, WORKERS, Resumed, processes_of, write_config
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_a_round_applies_only_its_own_iterations_gradients():
 
 @pytest.mark.slow
 def test_cutting_an_injected_straggler_is_faster_in_wall_time(distributed_jobs):
-    """Worker 1 takes 5x as long: static (c = n - 1) finishes 30 iterations in clearly less
+    """Worker 1 takes SLOW x as long: static (c = n - 1) finishes 30 iterations in clearly less
     wall time than sync, which waits for it every time."""
     (sync, _), (static, _) = distributed_jobs["sync"], distributed_jobs["static"]
     assert sync["iterations"] == static["iterations"] == 30
@@ -93,10 +93,10 @@ def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(distribu
     assert finish["censored_fraction"] < abandon["censored_fraction"]
     trace = read_trace(finish["trace"])
     assert trace.meta["source"] == "distributed" and trace.censored[:, 1].mean() < 1
-    # the 5x worker, seen: its injected wait 4 x 0.02 s longer than worker 0's (at least half of
-    # it in the medians; the rest of a run-time, messages and scheduling, grows with the load)
+    # the slow worker, seen: its injected wait (SLOW - 1) x DELAY_S longer than worker 0's (at
+    # least half of it in the medians; the rest of a run-time grows with the load)
     observed = trace.runtimes[~trace.censored[:, 1], 1]
-    assert np.median(observed) - np.median(trace.runtimes[:, 0]) > 0.5 * 4 * 0.02
+    assert np.median(observed) - np.median(trace.runtimes[:, 0]) > 0.5 * (SLOW - 1) * DELAY_S
     model = tmp_path / "model.pt"
     assert main(["model", "train", finish["trace"], "--out", str(model), "--epochs", "2",
                  "--quiet"]) == 0
@@ -106,7 +106,7 @@ def test_finish_records_the_late_run_times_and_the_trace_trains_a_model(distribu
 @pytest.mark.slow
 def test_the_server_records_each_workers_own_compute_seconds(distributed_jobs):
     """The metrics' compute_s: per iteration each worker's compute seconds as the worker measured
-    them (its gradient and its injected wait: 0.02 s, 5x for the straggler), none where no
+    them (its gradient and its injected wait: DELAY_S, SLOW x for the straggler), none where no
     gradient of that iteration came. Under abandon the server takes the first 2 of 3 each
     iteration: the straggler is cut and drops its work nearly every time (on a loaded machine
     another worker may start an iteration later than it); under finish its late gradients carry
@@ -117,13 +117,13 @@ def test_the_server_records_each_workers_own_compute_seconds(distributed_jobs):
     assert x.shape == (30, WORKERS)
     assert (np.isfinite(x).sum(axis=1) >= 2).all()  # 3 where the straggler was in time too
     straggler = x[~np.isnan(x[:, 1]), 1]
-    assert len(straggler) <= 5 and (straggler >= 5 * 0.02).all(), x[:, 1]
-    assert (x[:, [0, 2]][np.isfinite(x[:, [0, 2]])] >= 0.02).all()
+    assert len(straggler) <= 5 and (straggler >= SLOW * DELAY_S).all(), x[:, 1]
+    assert (x[:, [0, 2]][np.isfinite(x[:, [0, 2]])] >= DELAY_S).all()
     y = np.stack(pd.read_parquet(finish["metrics"])["compute_s"])
     late = y[~np.isnan(y[:, 1]), 1]
-    assert len(late) >= 3 and (late >= 5 * 0.02).all() and (y[:, [0, 2]] >= 0.02).all()
-    # the straggler's 4 x 0.02 s more of waiting, at least half of it in the medians
-    assert np.median(late) - np.median(y[:, [0, 2]]) > 0.5 * 4 * 0.02
+    assert len(late) >= 3 and (late >= SLOW * DELAY_S).all() and (y[:, [0, 2]] >= DELAY_S).all()
+    # the straggler's (SLOW - 1) x DELAY_S more of waiting, at least half of it in the medians
+    assert np.median(late) - np.median(y[:, [0, 2]]) > 0.5 * (SLOW - 1) * DELAY_S
 
 
 def test_bad_flags_are_one_line_errors(tmp_path, config, capsys):
