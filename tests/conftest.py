@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny experiment config written to disk like a user's, and the session's
-runs: the tiny DAG once locally, and the real distributed jobs; for the long tests (make
+runs: the tiny DAG once locally, the real distributed jobs, and every figure of a hand-made
+results folder drawn by `bdsgd figures`; for the long tests (make
 test-long) also its stages once by hand and once on SLURM (where SLURM's daemons are installed).
 
 The runs the selected tests read start in the background as soon as the tests are collected (on
@@ -28,6 +29,7 @@ import yaml
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from tests.distributed_jobs import run_distributed_jobs
+from tests.figure_results import render_results, results  # noqa: F401 (results: a fixture)
 from tests.helpers import (
     run_dag,
     run_stages_by_hand,
@@ -37,17 +39,15 @@ from tests.helpers import (
 )
 from tests.slurm_cluster import run_on_slurm
 
-# Fixtures of their own modules: the hand-made results folder the figure tests draw from.
-pytest_plugins = ["tests.figure_results"]
-
 # The session's runs, in the order they start: fixture name -> what it does, in a working
 # directory of its own, with the tiny DAG's config file and the environment to run in.
 RUNS = {"tiny_dag": run_dag, "slurm_runs": run_on_slurm, "distributed_jobs": run_distributed_jobs,
-        "stages_by_hand": run_stages_by_hand}
-# The order they finish in on 2 cores (the distributed jobs ~100 s, the DAG ~190 s, the stages by
-# hand ~230 s: queued behind the first to finish, SLURM's two DAGs ~300 s): the modules that
-# read them run in this order, so that none waits while a later-finishing run's readers could go.
-FINISHED = ("distributed_jobs", "tiny_dag", "stages_by_hand", "slurm_runs")
+        "rendered": render_results, "stages_by_hand": run_stages_by_hand}
+# The order they finish in on 2 cores (the hand-made figures ~60 s, the distributed jobs ~100 s,
+# the DAG ~190 s, the stages by hand ~230 s: queued behind the first to finish, SLURM's two DAGs
+# ~300 s): the modules that read them run in this order, so that none waits while a
+# later-finishing run's readers could go.
+FINISHED = ("rendered", "distributed_jobs", "tiny_dag", "stages_by_hand", "slurm_runs")
 
 
 class Background:
@@ -182,6 +182,14 @@ def slurm_runs() -> dict:
     """The same DAG on a single-node SLURM started for it, through each profile at once
     (slurm_cluster.run_on_slurm): what that returns."""
     return BACKGROUND.result("slurm_runs")[3]
+
+
+@pytest.fixture(scope="session")
+def rendered() -> tuple[Path, list[Path]]:
+    """Every figure and table of the hand-made results folder (figure_results.render_results),
+    drawn once per session: (the figure folder, the files written)."""
+    workdir, _, _, written = BACKGROUND.result("rendered")
+    return workdir / "figures", written
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,12 @@
-"""The hand-made results folder that tests/figures/test_figures.py and tests/figures/test_ablations.py draw
-from (the fixture ``results``, a plugin of tests/conftest.py): one trace, its throughput replay
+"""The hand-made results folder that tests/figures/ draw from: one trace, its throughput replay
 and model predictions, the convergence runs of RUNS and one distributed job, laid out as the DAG
-lays them out."""
+lays them out. tests/conftest.py imports the fixture ``results`` and runs ``render_results`` as
+the session's run ``rendered``."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from bdsgd.cluster.schedules import MODES
 from bdsgd.outputs.io import write_json
 from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
+from tests.helpers import run_stoppable
 
 REPO = Path(__file__).resolve().parents[1]
 N_WORKERS, ROWS, EVAL_EVERY, TARGET, DECISIONS = 4, 30, 5, 0.5, 40
@@ -110,9 +112,24 @@ def _write_distributed(results: Path) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
+    """The hand-made results folder (``write_results``), written for the module."""
+    return write_results(tmp_path_factory.mktemp("figures") / "results")
+
+
+def render_results(workdir: Path, config: Path, env: dict[str, str]) -> list[Path]:
+    """The session's run ``rendered``: the hand-made results folder written under ``workdir``
+    and drawn by `bdsgd figures` into ``workdir/figures`` (a process of its own, beside the
+    tests; ``config`` is the tiny DAG's, not read here): the files it wrote."""
+    results, out = write_results(workdir / "results"), workdir / "figures"
+    proc = run_stoppable([sys.executable, "-m", "bdsgd", "figures", str(results), "--out",
+                          str(out)], timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return sorted(p for p in out.iterdir() if p.is_file())
+
+
+def write_results(results: Path) -> Path:
     """A results folder as the DAG lays it out: one trace, its throughput replay and model
     predictions, the convergence runs of RUNS and one distributed job."""
-    results = tmp_path_factory.mktemp("figures") / "results"
     rng = np.random.default_rng(0)
     for sub in ("traces/sim", "throughput/sim", "models/sim"):
         (results / sub).mkdir(parents=True)

@@ -1,5 +1,7 @@
 """Weights & Biases, offline: real tiny `bdsgd train`, `bdsgd model train` and `bdsgd distributed`
-commands log their runs, read back from the `run-*.wandb` files they leave (tests/wandb_records.py)."""
+commands log their runs, read back from the `run-*.wandb` files they leave (tests/wandb_records.py).
+The first two run in this process (what the console script calls): W&B's service process starts
+once for them."""
 
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ from bdsgd.traces.io import write_trace
 from bdsgd.traces.schema import from_arrays
 from tests import wandb_records
 from tests.distributed_jobs import WANDB_PROJECT as PROJECT
-from tests.helpers import run_cli, tiny_config, wandb_offline_env
+from tests.helpers import bdsgd_in_process, tiny_config, wandb_offline_env
+
+
+def bdsgd(capsys, *args) -> None:
+    proc = bdsgd_in_process(capsys, *args)
+    assert proc.returncode == 0, proc.stderr
+
 
 HEADLINE = ("time_to_target_s", "final_accuracy", "gradients_per_s", "mean_cutoff")
 
@@ -67,11 +75,11 @@ def check_run(logged: dict, job_type: str, tags: set[str], x: str, group: str = 
     assert logged["x"] == {x: "", "*": x}
 
 
-@pytest.mark.slow  # a bdsgd process and wandb's service process
-def test_a_convergence_run_logs_its_config_rows_and_summary(tmp_path, setup):
+@pytest.mark.slow  # wandb's service process
+def test_a_convergence_run_logs_its_config_rows_and_summary(tmp_path, setup, capsys):
     cfg, config, trace = setup
     out = tmp_path / "run"
-    run_cli("train", "--config", config, "--task", "digits", "--policy", "sync", "--seed", "0",
+    bdsgd(capsys, "train", "--config", config, "--task", "digits", "--policy", "sync", "--seed", "0",
             "--trace", trace, "--out", out)
     logged = offline_run(out)
     check_run(logged, "sync", {"task:digits", "trace:sim", "seed:0"}, "virtual_time_s")
@@ -95,12 +103,12 @@ def test_a_convergence_run_logs_its_config_rows_and_summary(tmp_path, setup):
     assert Path(trigger.read_text()) == logged["dir"].resolve()
 
 
-@pytest.mark.slow  # a bdsgd process and wandb's service process
-def test_model_training_logs_its_epochs(tmp_path, setup):
+@pytest.mark.slow  # wandb's service process
+def test_model_training_logs_its_epochs(tmp_path, setup, capsys):
     """As the workflow runs it: the trace's name as a flag, W&B's settings in the config."""
     _, config, trace = setup
     out = tmp_path / "model" / "model.pt"
-    run_cli("model", "train", trace, "--config", config, "--out", out, "--epochs", "2",
+    bdsgd(capsys, "model", "train", trace, "--config", config, "--out", out, "--epochs", "2",
             "--quiet", "--trace-name", "sim")
     logged = offline_run(out.parent)
     check_run(logged, "model", {"trace:sim", "seed:0"}, "epoch")

@@ -55,13 +55,6 @@ def expected_files() -> set[str]:
     return {out for file, _, _ in FIGURES.values() for out in figure_files(file)}
 
 
-@pytest.fixture(scope="module")
-def rendered(results, tmp_path_factory) -> tuple[Path, list[Path]]:
-    """Every figure and table of ``results``, rendered once: (the folder, the files written)."""
-    out = tmp_path_factory.mktemp("rendered")
-    return out, render_all(results, out)
-
-
 def test_every_figure_in_every_format(rendered):
     out, written = rendered
     assert {p.name for p in written} == expected_files()
