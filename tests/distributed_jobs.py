@@ -91,7 +91,7 @@ def killed_and_resumed(tmp: Path, config: Path, name: str, *flags: str,
 
 def logged_to_wandb(tmp: Path, env: dict[str, str]) -> tuple[dict, subprocess.CompletedProcess]:
     """A sync job of 2 workers and 6 iterations in ``tmp``, logging to W&B offline (project
-    WANDB_PROJECT), every W&B file under ``tmp`` (tests/test_wandb.py reads them)."""
+    WANDB_PROJECT), every W&B file under ``tmp`` (tests/outputs/test_tracking.py reads them)."""
     tmp.mkdir()
     config = write_config(tmp / "config.yaml",
                           wandb={"mode": "offline", "project": WANDB_PROJECT})

@@ -121,7 +121,7 @@ def run_cli(*args: str, check: bool = True, cwd: Path | None = None,
 def bdsgd_in_process(capsys, *args) -> subprocess.CompletedProcess:
     """``bdsgd ARGS`` in this process (``bdsgd.cli.main``, what the console script calls): its
     exit status and what it printed, as ``run_cli`` gives them. For the commands whose process
-    is not the point: tests/test_cli.py starts each program once."""
+    is not the point: tests/cli/test_cli.py starts each program once."""
     from bdsgd.cli import main
 
     capsys.readouterr()  # what came before is not the command's

@@ -689,7 +689,7 @@ def test_results_folder_missing_a_stage(case, tmp_path, capsys):
 
 def test_the_intact_results_folder_reads(tmp_path):
     """The folder the tests above damage passes every check of ``bdsgd figures`` (the drawing
-    itself: tests/figures/test_figures.py, and the CLI's on the session's runs: tests/test_cli.py)."""
+    itself: tests/figures/test_figures.py, and the CLI's on the session's runs: tests/cli/test_cli.py)."""
     from bdsgd.figures.render import load_all
 
     summary, *_ = load_all(results_folder(tmp_path))

@@ -90,13 +90,15 @@ def test_no_measurement_or_history_in_the_package_text():
 
 
 def test_the_tests_mirror_the_packages():
-    """A package's tests are in tests/<package>/ (bdsgd/<package>/ exists), the top-level
-    modules' and the whole program's in tests/ itself."""
+    """Each package's tests are in tests/<package>/, the workflow's in tests/workflow/, the
+    top-level modules' and the whole program's in tests/ itself."""
     packages = {p.name for p in (ROOT / "bdsgd").iterdir() if (p / "__init__.py").exists()}
     folders = {p.name for p in (ROOT / "tests").iterdir()
                if p.is_dir() and p.name not in ("data", "__pycache__")}
-    assert folders <= packages | {"workflow"}, folders - packages
+    assert folders == packages | {"workflow"}, folders ^ (packages | {"workflow"})
     assert all(list((ROOT / "tests" / f).glob("test_*.py")) for f in folders)
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names))  # pytest imports each by its name alone
 
 
 def test_a_policy_name_is_parsed_in_one_place():

@@ -2,7 +2,7 @@
 environment until the README's own setup line activates it. Each ```bash command is checked
 without doing its work: make targets with `make -n`, snakemake with a dry run, bdsgd with the
 `--help` of its subcommand (which must know every flag shown), so are the command table's. That
-help is the parser's, read in this process (tests/test_cli.py starts each program once); a
+help is the parser's, read in this process (tests/cli/test_cli.py starts each program once); a
 command run through a launcher (`uv run`) runs it, for its --help."""
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ CLASSES = {
         "test_a_trace_of_one_worker_is_refused_where_cutoffs_are_chosen")),
     "configs": ("test_bad_input_files.py", ("test_bad_config_file",
                                             "test_a_directory_as_config_is_one_line")),
-    "flags of every subcommand": ("test_bad_input_flags.py", ("test_flags",)),
-    "numbers (flags and config keys)": ("test_bad_input_flags.py", ("test_numbers",)),
-    "output paths": ("test_bad_input_flags.py", ("test_outputs",)),
+    "flags of every subcommand": ("cli/test_bad_input_flags.py", ("test_flags",)),
+    "numbers (flags and config keys)": ("cli/test_bad_input_flags.py", ("test_numbers",)),
+    "output paths": ("cli/test_bad_input_flags.py", ("test_outputs",)),
     "checkpoints and models": ("test_bad_input_files.py", (
         "test_damaged_train_checkpoint", "test_damaged_model_training_checkpoint",
         "test_damaged_model_file", "test_damaged_distributed_server_checkpoint",

@@ -125,7 +125,7 @@ def node(job: Job) -> None:
 
 def job_from_args(args) -> Job:
     """The job of a ``bdsgd distributed`` command line (its flags' values already checked by the
-    parser: ``bdsgd.flags``), checked across flags, its outputs too, before anything starts."""
+    parser: ``bdsgd.cli.flags``), checked across flags, its outputs too, before anything starts."""
     job = Job(workers=args.workers, policy=args.policy, iterations=args.iterations,
               task=args.task, config=args.config, model=args.model, paper_model=args.paper_model,
               json=str(Path(args.json).resolve()), late=args.late,

@@ -241,7 +241,7 @@ def test_load_model_rejects_bad_files(tmp_path, trained):
 
 
 def test_cli_train_evaluate_sample(tmp_path, capsys):
-    """The model commands in this process (tests/test_cli.py starts each program once)."""
+    """The model commands in this process (tests/cli/test_cli.py starts each program once)."""
     write_trace(from_arrays(cluster(24, 4, seed=0), meta={"source": "sim"}), tmp_path / "t.parquet")
     write_trace(from_arrays(cluster(12, 4, seed=1), meta={"source": "sim"}), tmp_path / "h.parquet")
     run = bdsgd_in_process(capsys, "model", "train", tmp_path / "t.parquet", "--out",

@@ -57,7 +57,7 @@ def test_censored_fraction_and_json():
 # ------------------------------------------------------------------------------ the CLI
 @pytest.fixture
 def bdsgd(capsys):
-    """`bdsgd ARGS` (in this process: tests/test_cli.py starts the program)."""
+    """`bdsgd ARGS` (in this process: tests/cli/test_cli.py starts the program)."""
     return lambda *args: bdsgd_in_process(capsys, *args)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from bdsgd.commands import _config_name
+from bdsgd.cli.commands import _config_name
 from bdsgd.config import GatherConfig, from_dict
 from bdsgd.errors import UserError
 from bdsgd.traces import gather as gather_module

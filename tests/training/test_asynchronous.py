@@ -140,7 +140,7 @@ def test_resumed_run_of_a_mode_equals_uninterrupted_run(tmp_path, trace_path, mo
 
 @pytest.mark.parametrize("mode", ["async", "cyclic"])
 def test_cli_train_mode_writes_metrics_and_staleness(tmp_path, trace_path, mode, capsys):
-    """`bdsgd train --policy MODE`, in this process (the program: tests/test_cli.py)."""
+    """`bdsgd train --policy MODE`, in this process (the program: tests/cli/test_cli.py)."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({
         "experiment": "cli", "traces": {"t": {"source": "simulate"}},

@@ -254,7 +254,7 @@ def test_bad_inputs_are_user_errors(tmp_path, trace_path):
 
 
 def test_cli_train_writes_run_and_reports_bad_input_in_one_line(tmp_path, trace_path, capsys):
-    """`bdsgd train`, in this process (the program: tests/test_cli.py; its runs as processes:
+    """`bdsgd train`, in this process (the program: tests/cli/test_cli.py; its runs as processes:
     the session's DAG and its stages by hand, and test_sigterm_checkpoints_...)."""
     config = tmp_path / "config.yaml"
     config.write_text("experiment: cli\ntraces: {t: {source: simulate}}\n"

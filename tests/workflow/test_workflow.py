@@ -1,6 +1,6 @@
 """The Snakemake DAG: lint-clean, end to end at tiny scale, a change reruns only the stages that
 read it, and an interrupted DAG resumes its runs (make test-long). That every shipped config's DAG
-builds: tests/test_plan.py, whose dry runs the plan is held to."""
+builds: tests/plan/test_plan.py, whose dry runs the plan is held to."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bdsgd import commands, flags
+from bdsgd.cli import commands, flags
 from bdsgd.cluster.clock import LATE
 from bdsgd.config import CENSORING, EMISSIONS
 from bdsgd.config.validate import TASKS

@@ -29,7 +29,7 @@ ENTRY_POINTS = [
     "model train", "model evaluate", "model sample", "throughput", "train", "figures",
     "model prior",  # its runs: tests/runtime_model/test_prior.py
     "distributed",  # its runs: tests/distributed/test_distributed.py
-    "plan",  # its runs: tests/test_plan.py
+    "plan",  # its runs: tests/plan/test_plan.py
     "pilot",  # its runs: tests/training/test_pilot.py
     "ladder",  # its runs: tests/test_ladder.py
 ]

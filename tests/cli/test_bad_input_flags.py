@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from bdsgd.cli import build_parser, main
+from bdsgd.cli.flags import SEED_MAX
 from bdsgd.errors import UserError
-from bdsgd.flags import SEED_MAX
 from tests.helpers import REPO
 
 SEED_OVER = str(SEED_MAX + 1)
