@@ -12,23 +12,28 @@ node-shared jump regime). Each n is timed eager and with the filtering step comp
 (``policies.compile``; the compile time, once per process, is printed apart). For scale, the
 same core's time for one mini-batch gradient of the CIFAR-10 network (batch 32) is measured side
 by side. Training is timed per epoch eager and compiled (``model.compile``: the median of epochs
-2-4, and the first, which compiles).
+2-4, and the first, which compiles). ``--profile``: where bdsgd's eager decision goes instead,
+part by part, and how many torch calls each module makes in one decision.
 
-    .venv/bin/python benchmarks/bench_model.py [--quick]
+    .venv/bin/python benchmarks/bench_model.py [--quick] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import sys
 import time
 
 import numpy as np
 import torch
 from results_md import add_option, recorded  # a sibling module: benchmarks/ is sys.path[0]
+from torch.overrides import TorchFunctionMode
 
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import from_dict
+from bdsgd.policies import averaging
 from bdsgd.policies.build import make_policy
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.train import elbo_term, run_epoch
@@ -92,13 +97,98 @@ def epoch_times(n: int, T: int, compile: bool) -> list[float]:
     return times
 
 
+class _Timed:
+    """Seconds spent in each wrapped callable, by label."""
+
+    def __init__(self):
+        self.seconds = collections.defaultdict(float)
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.perf_counter() - start
+
+        setattr(owner, name, timed)
+
+
+class _TorchCalls(TorchFunctionMode):
+    """Python-level torch calls (functions, tensor methods, operators), by the bdsgd module
+    that made them: each costs microseconds of dispatch, whatever its size."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        frame = sys._getframe(1)
+        while frame is not None and "/bdsgd/" not in frame.f_code.co_filename:
+            frame = frame.f_back
+        self.calls[frame.f_code.co_filename.split("/bdsgd/")[1] if frame else "other"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def profile(n: int, iterations: int) -> None:
+    """bdsgd's eager decision at n workers (the defaults: learning while serving on) split into
+    its parts: the model's filtering step and draws, the sort of the draws, each simple
+    predictor's update and forecast, the averaging's scores, and the rest (the decision rule,
+    the bookkeeping); then the torch calls of one decision by module."""
+    torch.manual_seed(0)
+    chosen = make_policy("bdsgd", n, POLICIES, model=RuntimeModel(CFG, n, node=np.arange(n) // 4))
+    components = chosen.predictor.components
+    timed = _Timed()
+    timed.wrap(components["model"], "step", "model: filtering step")
+    timed.wrap(components["model"], "draws", "model: draws")
+    timed.wrap(components["model"], "expected_order_stats", "model: forecast")
+    for name, component in components.items():
+        if name != "model":
+            timed.wrap(component, "observe", f"{name}: update")
+            timed.wrap(component, "expected_order_stats", f"{name}: forecast")
+    timed.wrap(averaging, "log_score", "averaging: scores")
+    x = np.exp(np.random.default_rng(0).normal(0, 0.3, (iterations + 10, n)))
+    c, total = n, 0.0
+    for t, row in enumerate(x):
+        if t == 10:  # the first few warm up
+            timed.seconds.clear()
+            total = 0.0
+        obs = observation(t, row, c, 0.0)
+        start = time.perf_counter()
+        chosen.observe(obs)
+        c = chosen.choose()
+        total += time.perf_counter() - start
+        chosen.idle()
+    parts = dict(timed.seconds)
+    parts["model: sort and mean of the draws"] = (parts.pop("model: forecast")
+                                                  - parts["model: draws"])
+    parts["the rest (rule, bookkeeping)"] = total - sum(parts.values())
+    print(f"bdsgd, n = {n}, eager, one core: {total / iterations * 1e3:.3f} ms a decision (mean)")
+    for label, seconds in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"  {label:38s} {seconds / iterations * 1e3:7.3f} ms {seconds / total:6.1%}")
+    with _TorchCalls() as calls:
+        chosen.observe(observation(len(x), x[-1], c, 0.0))
+        chosen.choose()
+    print(f"  torch calls in one decision: {sum(calls.calls.values())}: " + ", ".join(
+        f"{module} {count}" for module, count in calls.calls.most_common()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--profile", action="store_true",
+                        help="only where bdsgd's eager decision goes, at 158 and 2,048 workers")
     add_option(parser)
     args = parser.parse_args()
     with recorded(args.results, __file__):
-        bench(args)
+        if args.profile:
+            torch.set_num_threads(1)
+            for n in (158, 2048):
+                profile(n, 50 if args.quick else 300)
+        else:
+            bench(args)
 
 
 def bench(args) -> None:

@@ -165,3 +165,20 @@ def test_the_gpu_script_runs_end_to_end_at_toy_sizes(tmp_path):
         assert s > 0 and alone > 0 and batch == 4 and per_iteration > 0, (task, row)
         assert row[-2:] == ["-", "-"]  # no GPU memory or utilisation on a CPU
     assert (tmp_path / "runs/imagenet/result.json").exists()
+
+
+def test_the_decision_profile_accounts_for_the_whole_decision(monkeypatch, capsys):
+    """bench_model.py --profile: the parts' shares add up to the decision, every part of bdsgd's
+    predictor is timed, and the torch calls are counted by the module that made them."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    bench_model = runpy.run_path(str(BENCHMARKS / "bench_model.py"))
+    bench_model["profile"](16, 5)
+    out = capsys.readouterr().out
+    shares = [float(line.rsplit(None, 1)[1].rstrip("%")) for line in out.splitlines()
+              if line.endswith("%")]
+    assert abs(sum(shares) - 100) < 0.5, out
+    for part in ("model: filtering step", "model: draws", "ecdf: update", "persist: forecast",
+                 "averaging: scores", "the rest"):
+        assert part in out, part
+    calls = out.split("torch calls in one decision: ")[1]
+    assert int(calls.split(":")[0]) > 100 and "runtime_model/filtering.py" in calls
