@@ -6,10 +6,9 @@ default: loading fills them in, checks every field (``validate``) and builds fro
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +99,7 @@ class ModelConfig:
     prior_draws: int
     prior_steps: int
     prior_batch_size: int
+    prior_precision: float
 
 
 @dataclass(frozen=True)
@@ -277,8 +277,8 @@ class Config:
         """The resolved config (defaults filled in), as JSON data; of a stage's config
         (``bdsgd.config.stages``) the whole, the sections it guards included (their ``_value``)."""
         plain = {f.name: getattr(getattr(self, f.name), "_value", getattr(self, f.name))
-                 for f in dataclasses.fields(self)}
-        data = dataclasses.asdict(dataclasses.replace(self, **plain))
+                 for f in fields(self)}
+        data = asdict(replace(self, **plain))
         data.pop("source")
         return json.loads(json.dumps(data))  # tuples -> lists
 
@@ -307,7 +307,7 @@ class Config:
         keys = {**tc.recipes.get(task, {}), **(variant or {})}
         if all(getattr(tc, key) == value for key, value in keys.items()):
             return self
-        return dataclasses.replace(self, train=dataclasses.replace(tc, **keys))
+        return replace(self, train=replace(tc, **keys))
 
     def train_traces(self) -> tuple[str, ...]:
         """The traces the convergence runs replay (train.trace: one name or a list)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from bdsgd.config import ModelConfig
+from bdsgd.config import ModelConfig, default_config
 from bdsgd.errors import UserError
 from bdsgd.runtime_model.model import RuntimeModel
 
@@ -62,7 +62,9 @@ def read_state(path: str | Path, remedy: str) -> dict:
 
 
 def load_model(path: str | Path) -> RuntimeModel:
-    """Read a checkpoint written by ``bdsgd model train``; a bad file is a UserError naming it."""
+    """Read a checkpoint written by ``bdsgd model train``; a bad file is a UserError naming it.
+    A model: key the checkpoint's config lacks (one added after it was written) takes the
+    schema's default, which is how that model was trained."""
     path = Path(path)
     if not path.is_file():
         raise UserError(str(path), "-", "model file not found")
@@ -72,7 +74,8 @@ def load_model(path: str | Path) -> RuntimeModel:
                         "again with this version's bdsgd model train")
     try:
         norm = ckpt["normalisation"]
-        model = RuntimeModel(ModelConfig(**ckpt["config"]), int(ckpt["n_workers"]),
+        config = ModelConfig(**{**dataclasses.asdict(default_config().model), **ckpt["config"]})
+        model = RuntimeModel(config, int(ckpt["n_workers"]),
                              norm["scale_s"], norm["time_unit"], ckpt["node"])
         model.load_state_dict(ckpt["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:

@@ -12,7 +12,8 @@ one model to ``prior_draws`` draws of each, and ``bdsgd model train --prior`` st
 model from that fit and goes on from there on the user's trace: the trace sets the cluster's own
 parameters where it holds evidence about them, and where it holds little the fit stays near the
 prior's (the fine-tuning's few Adam steps act as a prior centred on the pretrained parameters:
-early stopping is approximately L2 regularisation towards the starting point).
+early stopping is approximately L2 regularisation towards the starting point; with
+``model.prior_precision`` the prior is an explicit Gaussian one, ``train.prior_penalty``).
 
 Size and identity. Everything in the model but the workers' identity embeddings e_w is shared by
 all workers and all n (the transition's scalars, the emitter's and the inference network's

@@ -84,10 +84,31 @@ def elbo_term(model: RuntimeModel, cfg: ModelConfig):
     return torch.compile(model.elbo_term, dynamic=False) if cfg.compile else None
 
 
+def prior_penalty(model: RuntimeModel, precision: float, observations: int):
+    """-log p(theta) per observation, up to a constant, of a Gaussian prior N(theta_0,
+    1 / ``precision``) on each parameter but the workers' identities, theta_0 their values now
+    (the prior over clusters, just loaded), spread over the trace's ``observations``
+    worker-iterations as the ELBO is: a function of no arguments, added to each step's loss.
+
+    With it, training is MAP under that prior: a parameter the trace identifies moves where its
+    likelihood pulls, one it says little about stays near theta_0. Adam alone would move both
+    alike, since it scales every parameter's step to the same size."""
+    origin = {name: p.detach().clone() for name, p in model.named_parameters()
+              if name != "embedding" and p.requires_grad}
+    scale = precision / (2 * observations)
+
+    def penalty() -> torch.Tensor:
+        params = dict(model.named_parameters())
+        return scale * sum(((params[name] - value) ** 2).sum() for name, value in origin.items())
+
+    return penalty
+
+
 def run_epoch(model, optimizer, data: list[tuple[torch.Tensor, torch.Tensor]],
-              cfg: ModelConfig, generator, term=None) -> float:
+              cfg: ModelConfig, generator, term=None, penalty=None) -> float:
     """One pass over every sequence of ``data`` ((x, censored) pairs of one n); returns the mean
-    negative ELBO per observation. ``term``: ``elbo_term``'s."""
+    negative ELBO per observation. ``term``: ``elbo_term``'s; ``penalty``: ``prior_penalty``'s,
+    added to each step's loss (not to what is returned)."""
     length = min(cfg.chunk, *(x.shape[0] for x, _ in data))
     offsets = torch.arange(length)
     # (sequence, start) of every window, in random order across the sequences
@@ -110,7 +131,7 @@ def run_epoch(model, optimizer, data: list[tuple[torch.Tensor, torch.Tensor]],
             warnings.filterwarnings("ignore", NON_LEAF_GRAD, UserWarning)
             loss = -model.elbo(xb, cb, generator, seen, term).sum() / xb.numel()
         optimizer.zero_grad()
-        loss.backward()
+        (loss if penalty is None else loss + penalty()).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
         losses.append(float(loss.detach()) * xb.numel())
@@ -174,12 +195,14 @@ def train_model(trace: Trace, cfg: ModelConfig, seed: int, out, progress: bool =
         model = RuntimeModel(cfg, trace.n_workers, m, trace.meta.get("time_unit", "s"),
                              trace.node)
         origin = None if prior is None else start_from_prior(model, prior)
+        penalty = (prior_penalty(model, cfg.prior_precision, x.numel())
+                   if origin is not None and cfg.prior_precision > 0 else None)
         logger.info(f"training run-time model: n={trace.n_workers} workers, "
                     f"T={trace.n_iterations} iterations, {int(trace.censored.sum())} censored, "
                     f"median {m:.4g} {model.time_unit}, emission {cfg.emission}, censoring "
                     f"{cfg.censoring}, seed {seed}, {f'prior {prior}' if prior else 'no prior'}")
         return _fit(model, [(x, censored)], [trace], cfg.steps, seed, Path(out), progress,
-                    config, trace_name, stop, origin)
+                    config, trace_name, stop, origin, penalty)
 
 
 def train_prior(cfg: ModelConfig, seed: int, out, progress: bool = True,
@@ -203,7 +226,7 @@ def train_prior(cfg: ModelConfig, seed: int, out, progress: bool = True,
 
 def _fit(model: RuntimeModel, data: list, traces: list[Trace], steps: int, seed: int, out: Path,
          progress: bool, config: Config | None, trace_name: str, stop: list[int],
-         prior: dict | None) -> Path:
+         prior: dict | None, penalty=None) -> Path:
     cfg = model.config
     ckpt_path = Path(f"{out}.ckpt")
     epochs = planned_epochs(cfg, [x.shape[0] for x, _ in data], steps)
@@ -227,7 +250,7 @@ def _fit(model: RuntimeModel, data: list, traces: list[Trace], steps: int, seed:
     bar = tqdm(range(start, epochs), disable=not progress, desc="ELBO", unit="epoch",
                initial=start, total=epochs)
     for epoch in bar:
-        losses.append(run_epoch(model, optimizer, data, cfg, generator, term))
+        losses.append(run_epoch(model, optimizer, data, cfg, generator, term, penalty))
         bar.set_postfix(elbo=f"{-losses[-1]:.4f}")
         tracking.log(wandb, {"epoch": epoch + 1, "elbo": -losses[-1]}, epoch + 1)
         # a stop request at the last epoch stops too: the job told to stop fails whatever this

@@ -95,3 +95,34 @@ def test_model_train_from_the_prior(prior, tmp_path, capsys):
     run = bdsgd_in_process(capsys, "model", "train", trace, "--config", prior[1],
                            "--out", prior[0], "--prior", prior[0], "--quiet")
     assert run.returncode == 2 and "--out" in run.stderr
+
+
+def test_a_prior_precision_holds_the_fit_near_the_prior(prior, tmp_path):
+    """model.prior_precision: training is MAP under N(prior, 1 / precision). A strong prior
+    keeps the shared parameters near the prior's values where the plain fine-tuning moves them,
+    and the workers' identities (no prior on them) are still learnt; the penalty is zero at
+    the start and grows with the distance."""
+    from bdsgd.runtime_model.train import prior_penalty, train_model
+
+    source = load_model(prior[0])
+    trace = from_arrays(np.random.default_rng(2).lognormal(0.0, 0.4, size=(40, 5)))
+    moved = {}
+    for precision in (0.0, 1e6):
+        cfg = dataclasses.replace(source.config, epochs=3, prior_precision=precision)
+        out = train_model(trace, cfg, 0, tmp_path / f"m{precision}.pt", progress=False,
+                          prior=prior[0])
+        model, theirs = load_model(out), source.state_dict()
+        moved[precision] = sum(float((p - theirs[name]).abs().sum())
+                               for name, p in model.state_dict().items() if name != "embedding")
+        assert model.embedding.abs().sum() > 0  # the identities learn either way
+    # Adam's steps are lr-sized even at the penalty's minimum: a strong prior leaves that jitter
+    assert moved[1e6] < 0.3 * moved[0.0], moved
+
+    model = RuntimeModel(source.config, 5)
+    start_from_prior(model, prior[0])
+    penalty = prior_penalty(model, 4.0, observations=200)
+    assert penalty().item() == 0.0
+    with torch.no_grad():
+        model.transition.rho_logit.add_(1.0)  # one unit away: 4 / (2 * 200) per observation
+        model.embedding.add_(1.0)  # no prior on the identities
+    assert penalty().item() == pytest.approx(4.0 / 400)

@@ -11,7 +11,7 @@ import torch
 from scipy.stats import exponnorm, norm
 
 from bdsgd.cluster.cutoff import Observation, observation
-from bdsgd.config import ModelConfig, SimulateConfig, from_dict
+from bdsgd.config import ModelConfig, SimulateConfig, default_config, from_dict
 from bdsgd.errors import UserError
 from bdsgd.evaluation import evaluate_model
 from bdsgd.policies.build import make_policy
@@ -238,6 +238,22 @@ def test_load_model_rejects_bad_files(tmp_path, trained):
     torch.save(ckpt, tmp_path / "bad.pt")
     with pytest.raises(UserError, match="incompatible"):
         load_model(tmp_path / "bad.pt")
+    ckpt = torch.load(trained, weights_only=True)
+    ckpt["config"]["no_such_key"] = 1  # a config this version does not know
+    torch.save(ckpt, tmp_path / "unknown.pt")
+    with pytest.raises(UserError, match="incompatible"):
+        load_model(tmp_path / "unknown.pt")
+
+
+def test_a_model_from_before_a_model_key_loads_at_its_default(tmp_path, trained):
+    """A checkpoint whose config lacks a model: key added since reads it at the schema's
+    default (how that model was trained); its own values stay."""
+    ckpt = torch.load(trained, weights_only=True)
+    del ckpt["config"]["prior_precision"]
+    torch.save(ckpt, tmp_path / "older.pt")
+    older, model = load_model(tmp_path / "older.pt"), load_model(trained)
+    assert older.config == model.config and older.config.prior_precision == 0
+    assert older.config.hidden_dim != default_config().model.hidden_dim  # the model's own
 
 
 def test_cli_train_evaluate_sample(tmp_path, capsys):
