@@ -28,7 +28,7 @@ smoke: install  ## the whole evaluation at toy scale: figures/smoke/
 test: install  ## unit, CLI subprocess, the snakemake DAG end to end, lint (the long tests: test-long)
 	pytest -q
 
-test-long: install  ## the long tests (minutes): the tiny DAG on SLURM and by hand, runs stopped for real and resumed (past a time limit too), every figure rendered twice
+test-long: install  ## the long tests (minutes): the tiny DAG on SLURM and by hand, runs stopped for real and resumed (past a time limit too), every figure rendered twice, the compiled model against the eager one
 	pytest -q -m long
 
 lint: install

@@ -555,6 +555,7 @@ def test_a_short_stall_goes_on_as_often_as_kappa_says(trained):
     assert ratio[0.9] > 1.4 and ratio[1e-4] < 1.15, ratio
 
 
+@pytest.mark.long  # torch.compile's first compilation, ~20 s cold: make test-long (CI runs it)
 def test_compiled_filter_forecasts_as_the_eager_one(trained):
     """policies.compile: the filtering step through torch.compile gives the eager forecast (to
     float rounding), also with deterministic algorithms enforced as the trainer does."""
@@ -629,6 +630,7 @@ def test_an_episode_slows_a_nodes_workers_by_one_size(trained):
         assert gap > 0.3 if node is not None else abs(gap) < 0.05
 
 
+@pytest.mark.long  # torch.compile's first compilation, ~60 s cold: make test-long (CI runs it)
 @pytest.mark.filterwarnings(f"ignore:{train_module.NON_LEAF_GRAD}:UserWarning")
 def test_compiled_training_step_matches_the_eager_one():
     """model.compile: the ELBO through the torch.compile'd ``elbo_term`` has the eager value and
