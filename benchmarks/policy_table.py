@@ -71,6 +71,7 @@ def config(args, scenario: str, seed: int):
             "scenario": scenario, "workers": args.workers, "iterations": args.iterations}}},
         "model": {"epochs": args.epochs, **settings(args.model)},
         "policies": settings(args.policy),
+        "network": settings(args.network),
         "train": {"trace": "t", "tasks": ["digits"]},
     }, "<policy_table>")
 
@@ -221,6 +222,10 @@ def main() -> None:
     parser.add_argument("--policy", nargs="*", default=[], metavar="KEY=VALUE",
                         help="policy settings over the config's defaults, e.g. min_gain=0.3 (with "
                              "--resume, into an --out holding only the trained models)")
+    parser.add_argument("--network", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="virtual cluster settings over the config's defaults, e.g. "
+                             "late=abandon (with --resume, into an --out holding only the "
+                             "trained models)")
     parser.add_argument("--cold", action="store_true",
                         help="policies start cold on the test part (default: they first see the "
                              "training part, as the server that gathered it would have)")

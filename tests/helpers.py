@@ -32,7 +32,7 @@ def tiny_config(**overrides) -> dict:
         "seed": 0,
         "traces": {"sim": {"source": "simulate",
                            "simulate": {"workers": 6, "iterations": 120, "workers_per_node": 3}}},
-        "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16,
+        "model": {"epochs": 2, "samples": 16, "chunk": 16, "hidden_dim": 16, "prior": True,
                   "prior_workers": 4, "prior_iterations": 24, "prior_draws": 1, "prior_steps": 2},
         "policies": {"online_window": 4},  # learning while serving, at a quarter of its cost
         "throughput": {"policies": ["sync", "static", "elfving", "ecdf", "bandit", "bdsgd",

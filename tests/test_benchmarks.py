@@ -75,7 +75,7 @@ def test_the_policy_tables_interval_holds_the_spread_between_seeds():
     assert np.array_equal(seed_bootstrap(one, rng), one[0])
 
 
-def test_the_policy_table_takes_model_and_policy_settings():
+def test_the_policy_table_takes_model_policy_and_network_settings():
     sys.path.insert(0, str(SCRIPTS[0].parent))
     try:
         from policy_table import config
@@ -85,10 +85,12 @@ def test_the_policy_table_takes_model_and_policy_settings():
     class Args:
         workers, iterations, epochs = 8, 100, 3
         model, policy = ["batch_size=4"], ["min_gain=0.3", "rule=ratio"]
+        network = ["late=abandon"]
 
     cfg = config(Args, "calm", 1)
     assert (cfg.model.epochs, cfg.model.batch_size) == (3, 4)
     assert (cfg.policies.min_gain, cfg.policies.rule, cfg.seed) == (0.3, "ratio", 1)
+    assert cfg.network.late == "abandon"
 
 
 def results_writer():

@@ -21,9 +21,13 @@ the workers it did not wait for (``network.late``, as ``distributed.late`` on th
               al.'s backup workers where the work can be cancelled, and the throughput the
               hindsight optimum assumes).
 
-The server measures a worker's run-time from the iteration's start (the parameters' send), as
-the real server does (``bdsgd.distributed``), so under ``finish`` a late start counts in it: the
-policy forecasts arrivals, which are what the cutoff waits for.
+The server measures each worker's run-time from its own start (its parameters' send, late for
+a worker that was finishing a stale gradient), as the real server does (``bdsgd.distributed``):
+the policy learns the run-times a trace records, while the cutoff waits for arrivals. Measured
+from the iteration's start instead, a cut worker's late start would read as slowness and have it
+cut again, iteration after iteration, on a cluster with no straggler (docs/decisions.md). A cut
+worker is censored at tau_t, a bound on its arrival: for one that started late, its own run-time
+is only known to exceed tau_t - d_t,w.
 
 **Worker-time.** An iteration of duration D_t offers n D_t worker-seconds. Worker w computes for
 min(a_t,w, D_t) of them: its x_t,w is useful if its gradient is applied; the rest of its
@@ -69,7 +73,7 @@ class SyncClock:
         self.busy = np.where(started, np.maximum(arrival - obs.duration, 0.0),
                              self.busy - obs.duration)
         late = ~obs.accepted & (arrival <= obs.duration)
-        seen = np.where(late, arrival, obs.runtimes)
+        seen = np.where(late | obs.accepted, x, np.nan)
         return Observation(obs.t, obs.cutoff, seen, obs.cutoff_time, obs.comm_s, late)
 
 

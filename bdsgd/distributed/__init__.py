@@ -21,11 +21,10 @@ What the established systems teach, and what is done here:
   worker still busy, which drops its work when it notices them (between its gradient and its
   injected delay: a backward pass is not interrupted); ``finish``: busy workers are left to
   finish, their gradient is discarded as stale, and only then do they get the newest
-  parameters. The policy sees each gradient's arrival from the iteration's start (as the
-  virtual clock's server does: a late start counts, the cutoff waits for arrivals); the trace
-  holds each worker's run-time from its own parameters' send (the virtual clock adds a late
-  start back when it replays the trace). Either way the server records every run-time it
-  learns in the trace schema: a
+  parameters. The policy and the trace see each worker's run-time from its own parameters'
+  send, as the virtual clock's server does (a late start is not the worker's slowness; the
+  cutoff still waits for arrivals, and the virtual clock adds a late start back when it replays
+  the trace). Either way the server records every run-time it learns in the trace schema: a
   worker that made the cutoff is observed; one that did not is censored at the cutoff time tau_t
   unless, under ``finish``, its stale gradient arrives later, which turns the censored value into
   an observed one. A ``finish`` trace is therefore less censored: the run-time model trained on

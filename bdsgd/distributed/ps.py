@@ -232,12 +232,12 @@ class ParameterServer:
                     self.runtimes[k, w], self.censored[k, w] = runtime, False
                 if not late and rank not in self.busy:
                     self._send([rank], t)
-        # the policy sees arrivals from the iteration's start, as the virtual clock's server does
-        # (a late start counts: the cutoff waits for arrivals)
-        tau = max(arrived.values(), default=0.0)  # the c-th accepted gradient's arrival
+        # the policy sees each worker's run-time from its own start, as the virtual clock's server
+        # does; the cutoff time is the c-th arrival from the iteration's start
+        tau = max(arrived.values(), default=0.0)
         seen = np.full(self.n, np.nan)
-        for w, a in arrived.items():
-            seen[w] = a
+        for w in arrived:
+            seen[w] = self.runtimes[t, w]
         cut = np.isnan(seen)
         self.runtimes[t, cut], self.censored[t, cut] = tau, True
         c_real = len(rnd.accepted)
