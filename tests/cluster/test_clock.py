@@ -19,6 +19,7 @@ from bdsgd.cluster.network import Network
 from bdsgd.cluster.schedules import arrivals
 from bdsgd.cluster.server import replay
 from bdsgd.policies import build
+from bdsgd.traces.formats import import_trace
 from bdsgd.traces.schema import from_arrays
 from tests.helpers import DATA, make_cfg, write
 
@@ -190,14 +191,11 @@ def test_finishing_late_work_costs_a_cut_that_comes_and_goes():
     assert rate["finish"] < 0.5 * rate["abandon"]
 
 
-
 def test_a_late_start_is_not_read_as_slowness():
     """PAI job 2's second half, a calm cluster, under finish: persist cuts a worker now and then
     and waits for every worker again, within 2 % of ewma's throughput (which never cuts). Seen
     from the iteration's start, a cut worker's late start read as its slowness, and persist cut
     one worker in 85 of the 119 iterations, 5 % behind."""
-    from bdsgd.traces.formats import import_trace
-
     x = import_trace(DATA / "alibaba_pai_job_2_norm.csv", "alibaba-pai").runtimes[119:]
     cfg = make_cfg()
     runs = {name: replay(from_arrays(x), build.make_policy(name, 10, cfg.policies), 0.0, "finish")
@@ -339,7 +337,6 @@ def test_one_trace_on_one_network_is_one_regime_in_the_replay_and_in_a_run(tmp_p
     from bdsgd.config import SimulateConfig
     from bdsgd.errors import UserError
     from bdsgd.throughput import run_benchmark
-    from bdsgd.traces.formats import import_trace
     from bdsgd.traces.io import write_trace
     from bdsgd.traces.simulate import simulate
     from bdsgd.training import run_spec, train_run
