@@ -1,7 +1,8 @@
 """The statistics the results report: over seeds, a median time to target and a
 distribution-free interval for it, and MLPerf's trimmed mean; over one replay's iterations, a
-batch-means interval for a throughput ratio. Plain numpy, scipy and pandas (no plotting), so
-that the replay's sweeps, the figures and the benchmarks share them.
+batch-means interval for a throughput ratio and a block bootstrap for a statistic that is not a
+sum over iterations. Plain numpy, scipy and pandas (no plotting), so that the replay's sweeps,
+the figures and the benchmarks share them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,25 @@ def block_ratio_interval(c, d, c_ref, d_ref, blocks: int = BLOCKS,
     whole = (np.sum(c) / np.sum(d)) / (np.sum(c_ref) / np.sum(d_ref))
     half = stats.t.ppf((1 + level) / 2, len(q) - 1) * q.std(ddof=1) / math.sqrt(len(q))
     return float(whole - half), float(whole + half)
+
+
+def block_bootstrap_interval(statistic, *series, blocks: int = BLOCKS, level: float = 0.95,
+                             draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of ``statistic(*series)`` over a block bootstrap of aligned series
+    (two replays of the same T iterations): the iterations are cut into ``blocks`` contiguous
+    blocks, and each of ``draws`` resamples draws that many blocks with replacement, the same
+    blocks for every series, so the pairing and the dependence within a block are kept. For a
+    statistic that is not a sum over iterations (a coefficient of variation), where batch means
+    do not apply. (NaN, NaN) below two blocks; seeded, so a result is reproducible."""
+    parts = [np.array_split(np.asarray(v, dtype=float), min(blocks, len(series[0])))
+             for v in series]
+    if len(parts[0]) < 2:
+        return np.nan, np.nan
+    picks = np.random.default_rng(seed).integers(len(parts[0]), size=(draws, len(parts[0])))
+    values = [statistic(*(np.concatenate([p[b] for b in pick]) for p in parts))
+              for pick in picks]
+    tail = 100 * (1 - level) / 2
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
 
 
 def mlperf_mean(values) -> float:

@@ -26,6 +26,7 @@ N_WORKERS, ROWS, EVAL_EVERY, TARGET, DECISIONS = 4, 30, 5, 0.5, 40
 RUNS = [("sync", s, 20 + 2 * s, True) for s in range(3)] + \
        [("async", s, [10, None][s], True) for s in range(2)] + \
        [("bdsgd", s, 15, False) for s in range(2)] + [("explore-bdsgd", 0, 25, True)] + \
+       [("bdsgd-paper", s, 20, False) for s in range(2)] + \
        [("bdsgd+progress", s, 10 + 5 * s, False) for s in range(2)] + \
        [("bdsgd+lr-none", s, None, False) for s in range(2)]  # bdsgd's variants: test_ablations.py
 
@@ -136,7 +137,7 @@ def write_results(results: Path) -> Path:
     pd.DataFrame({"runtime_s": rng.lognormal(size=200)}).to_parquet(
         results / "traces/sim/trace.parquet")
     policies = {"sync": None, "static": None, "bdsgd": "rate", "bdsgd/ratio": "ratio",
-                "oracle": None, "explore-bdsgd": "rate"}
+                "oracle": None, "explore-bdsgd": "rate", "bdsgd-paper": "ratio"}
     (results / "throughput/sim/throughput.json").write_text(json.dumps({"policies": {
         name: {"rule": rule, "gradients_per_s": 3.0, "relative_to_oracle": 0.9 - 0.1 * i,
                "mean_cutoff": 3.0, "cutoff_std": 0.5, "iteration_rate_cv": 0.1 * i,
@@ -154,13 +155,13 @@ def write_results(results: Path) -> Path:
     pd.DataFrame([{"period": k, "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.95 if p == "oracle-fixed" else 0.97 - 0.001 * k,
                    "mean_cutoff": 3.0, "fixed_ratio": 1.02, "fixed_low": 1.01 if k == 1 else 0.99,
-                   "fixed_high": 1.03} for k in (1, 10) for p in ("bdsgd", "oracle-fixed")]
+                   "fixed_high": 1.03} for k in (1, 10) for p in ("bdsgd", "bdsgd-paper", "oracle-fixed")]
                  ).to_csv(results / "throughput/sim/period_sweep.csv", index=False)
     pd.DataFrame([{"ratio": ratio, "topology": topology, "policy": p, "gradients_per_s": 3.0,
                    "relative_to_oracle": 0.9, "relative_to_sync": 1.1 - ratio / 10,
                    "mean_cutoff": 3.0, "sync_low": 1.05 - ratio / 10, "sync_high": 1.15 - ratio / 10}
                   for ratio in (0.1, 1.0) for topology in ("ps", "sharded", "ring")
-                  for p in ("sync", "bdsgd", "oracle")]).to_csv(
+                  for p in ("sync", "bdsgd", "bdsgd-paper", "oracle")]).to_csv(
         results / "throughput/sim/comm_sweep.csv", index=False)
     # realised inside the 90% interval but on every fourth iteration
     pd.DataFrame([{"order": c, "iteration": 100 + t, "predicted_mean": 1.0 + c, "lo90": 0.5 + c,

@@ -166,3 +166,31 @@ def test_each_decision_is_a_short_entry():
     long = {e.splitlines()[0]: n for e in entries
             if (n := sum(1 for line in e.splitlines()[1:] if line.strip())) > 8}
     assert len(entries) > 50 and long == {}
+
+
+MEASUREMENTS = {"cutoff_evolution", "decision_overhead", "idle_time", "cutoff_in_training",
+                "clock_fidelity", "model_quality"}  # the questions that compare no policies
+
+
+def test_the_reviewer_table_quotes_the_smoke_answers_verdicts():
+    """Each row of the README's reviewer table carries verdicts, quoted from smoke's answer to
+    its question (figures/smoke/reviewers.csv): `PLACE: \\`PHRASE\\`` holds where one sentence
+    of the answer names the place ("On PLACE," or the literal "PLACE: PHRASE") and states the
+    phrase. Only the questions that compare no policies say so instead."""
+    import pandas as pd
+
+    answers = pd.read_csv(REPO / "figures/smoke/reviewers.csv").set_index("question")["answer"]
+    rows = re.findall(r"^\| `(\w+)`[^|]*\|[^|]*\| (.*) \|$", README, re.MULTILINE)
+    assert {q for q, _ in rows} == set(answers.index)
+    for question, cell in rows:
+        quoted = re.findall(r"(?:^|; )(?:at rho = \S+, )?([\w\-, ]*?): `([^`]+)`", cell)
+        if question in MEASUREMENTS:
+            assert cell == "a measurement: compares no policies", question
+            continue
+        assert quoted and all(re.search(r"\b(ahead|behind|level|too few \w+)\b", phrase)
+                              for _, phrase in quoted), (question, cell)
+        sentences = re.split(r"(?<=\.)\s+(?=[A-Z])", answers[question])
+        for place, phrase in quoted:
+            assert f"{place}: {phrase}" in answers[question] or any(
+                re.search(rf"\bOn {re.escape(place)}[,( ]", s) and phrase in s
+                for s in sentences), (question, place, phrase)

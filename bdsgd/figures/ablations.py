@@ -56,7 +56,8 @@ def _seconds(value: float) -> str:
 def ablations_answer(table: pd.DataFrame, verdicts: pd.DataFrame) -> str:
     """The measured answer in words: per task, trace and ablated policy, the median time to
     target and the mean cutoff of the plain policy and of each of its variants, and each
-    variant's verdict against it (``verdicts.verdict_table``'s rows)."""
+    variant's verdict against it and the policy's against the paper's BDSGD
+    (``verdicts.verdict_table``'s rows)."""
     if table.empty:
         return ("This experiment runs no policy variants (<policy>+<variant> in train.policies): "
                 "no ablation to report.")
@@ -69,10 +70,12 @@ def ablations_answer(table: pd.DataFrame, verdicts: pd.DataFrame) -> str:
                     f"in {arm.reached} of {arm.seeds} seeds only (median: never)") +
                 f" (mean cutoff {arm.mean_cutoff:.2f})" for arm in arms.itertuples()]
         where = f"{task} on {trace}" if trace else task
-        paired = verdicts[(verdicts["measure"] == "time to target") & (verdicts["task"] == task)
-                          & (verdicts["trace"] == trace)
-                          & verdicts["policy"].isin(arms["policy"][arms["variant"] != ""])
-                          & (verdicts["reference"] == first.base)]
+        here = verdicts[(verdicts["measure"] == "time to target") & (verdicts["task"] == task)
+                        & (verdicts["trace"] == trace)]
+        # each variant against its policy, and the policy against the paper's BDSGD
+        paired = here[(here["policy"].isin(arms["policy"][arms["variant"] != ""])
+                       & (here["reference"] == first.base))
+                      | ((here["policy"] == first.base) & (here["reference"] == "bdsgd-paper"))]
         sentences.append(f"On {where} ({int(first.n_workers)} workers, median of "
                          f"{int(arms['seeds'].max())} seeds): " + "; ".join(said) + ". "
                          + phrases(paired))

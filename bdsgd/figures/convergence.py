@@ -308,18 +308,20 @@ def _over_seeds_changes(runs: pd.DataFrame) -> dict:
 
 
 def training_cutoff_answer(metrics: pd.DataFrame) -> str:
-    """How the cutoff evolves during training, measured: per task and trace, bdsgd's range of
-    cutoffs and how often it changes them (mean over seeds)."""
-    runs = metrics[metrics["policy"] == "bdsgd"]
+    """How the cutoff evolves during training, measured: per task and trace, each BDSGD's
+    (ours and the paper's) range of cutoffs and how often it changes them (mean over seeds)."""
+    runs = metrics[metrics["policy"].isin(BDSGDS)]
     sentences = []
     for (task, trace), sub in runs.groupby(["task", "trace"]):
-        s = _over_seeds_changes(sub)
+        said = []
+        for policy, own in sub.groupby("policy"):
+            s = _over_seeds_changes(own)
+            said.append(f"{policy}'s cutoff ranges {s['low']}-{s['high']} (mean {s['mean']:.1f}) "
+                        f"and changes on {s['changes']:.0%} of iterations "
+                        f"(mean over {s['seeds']} seeds)")
         where = f"{task} on {trace}" if trace else task
-        sentences.append(
-            f"During training on {where}, bdsgd's cutoff ranges {s['low']}-{s['high']} "
-            f"(mean {s['mean']:.1f}) and changes on {s['changes']:.0%} of iterations "
-            f"(mean over {s['seeds']} seeds).")
-    return " ".join(sentences) or "No bdsgd run was trained."
+        sentences.append(f"During training on {where}, " + "; ".join(said) + ".")
+    return " ".join(sentences) or "No BDSGD run was trained."
 
 
 def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> list[Path]:
@@ -346,12 +348,12 @@ def cutoff_over_time(decisions: pd.DataFrame, path: Path) -> list[Path]:
 
 
 def cutoff_over_time_answer(decisions: pd.DataFrame) -> str:
-    """How the cutoff evolves on the replayed traces, measured: per trace, bdsgd's and the
+    """How the cutoff evolves on the replayed traces, measured: per trace, each BDSGD's and the
     hindsight oracle's range of cutoffs and how often each changes it."""
     sentences = []
     for trace, sub in decisions[~decisions["policy"].str.contains("/")].groupby("trace"):
         parts = []
-        for policy in ("bdsgd", "oracle"):
+        for policy in (*BDSGDS, "oracle"):
             pol = sub[sub["policy"] == policy].sort_values("step")
             if not pol.empty:
                 s = cutoff_changes(pol["cutoff"].to_numpy())

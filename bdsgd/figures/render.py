@@ -81,7 +81,7 @@ from bdsgd.figures.ladder import (  # noqa: E402
     ladder_answer,
     ladder_table,
 )
-from bdsgd.figures.verdicts import CONFIDENCE, verdict, verdict_table, versus_answer  # noqa: E402
+from bdsgd.figures.verdicts import BDSGDS, CONFIDENCE, verdict, verdict_table, versus_answer  # noqa: E402
 from bdsgd.outputs.io import write_table, write_with  # noqa: E402
 from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
@@ -143,6 +143,12 @@ def comm_sweep_answer(sweep: pd.DataFrame) -> str:
             parts.append(f"{trace}, {topology}: {top.policy} still ahead of sync at rho = "
                          f"{top.ratio:g} ({top.relative_to_sync:.2f}x, {CONFIDENCE:.0%} interval "
                          f"{top.sync_low:.2f} to {top.sync_high:.2f})")
+    top = sweep[sweep["policy"].isin(BDSGDS) & (sweep["ratio"] == sweep["ratio"].max())]
+    bdsgds = "; ".join(
+        f"{r.trace}, {r.topology}: {r.policy} against sync: "
+        f"{verdict(r.sync_low, r.sync_high, 'higher', pairs='iterations')} "
+        f"({r.relative_to_sync:.2f}x, {CONFIDENCE:.0%} interval {r.sync_low:.2f} to "
+        f"{r.sync_high:.2f})" for r in top.sort_values(["trace", "topology"]).itertuples())
     # why a cut gains less as communication grows (R1): what the optimum itself can gain
     oracle = sweep[sweep["policy"] == "oracle"].sort_values("ratio")
     why = "; ".join(
@@ -152,6 +158,8 @@ def comm_sweep_answer(sweep: pd.DataFrame) -> str:
             ["trace", "topology"], sort=True))
     answer = ("The best causal policy at the largest rho where one is ahead of sync (paired by "
               "iteration): " + "; ".join(parts) + ".")
+    if bdsgds:
+        answer += f" Each BDSGD at rho = {top['ratio'].iloc[0]:g}: {bdsgds}."
     if why:
         answer += (" Why a policy gains less as communication grows: what a cut saves is compute "
                    "time, while the transfers of the gradients it keeps are not shortened, so the "
@@ -283,6 +291,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *distributed_replay(jobs, path["distributed_replay"], policy_style),
     ]
     # the measured answer to each reviewer question, beside the figure that answers it
+    paper = table[table["policy"] == "bdsgd-paper"].drop_duplicates("trace").set_index("trace")
     answers = {
         "time_to_accuracy": time_to_accuracy_answer(metrics, summary, verdicts),
         "training_cutoff": training_cutoff_answer(metrics),
@@ -294,7 +303,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         "worker_time": replay.worker_time_answer(table),
         "period_sweep": replay.period_sweep_answer(periods),
         "decision_overhead": replay.decision_overhead_answer(overhead),
-        "censoring": replay_ablations.censoring_answer(replayed),
+        "censoring": replay_ablations.censoring_answer(replayed, paper["relative_to_oracle"]),
         "data_value": replay_ablations.data_value_answer(replayed),
         "ablations": ablations_answer(ablated, verdicts),
         "distributed_replay": distributed_replay_answer({job.name: replay_job(job) for job in jobs}),

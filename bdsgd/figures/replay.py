@@ -26,7 +26,7 @@ from bdsgd.figures.common import bar_style as _bar_style
 from bdsgd.figures.common import marker, policy_colour, policy_style
 from bdsgd.figures.verdicts import BDSGDS, CONFIDENCE, phrases, verdict
 from bdsgd.plotting import save_figure
-from bdsgd.stats import BLOCKS, block_ratio_interval
+from bdsgd.stats import BLOCKS, block_bootstrap_interval, block_ratio_interval
 
 WINDOW = 20  # iterations of a rolling window (as cutoff_over_time's)
 COLUMNS = 4  # panels per row of a small-multiples figure
@@ -198,20 +198,39 @@ def throughput_over_time(decisions: pd.DataFrame, units: dict[str, str], path: P
 
 
 def throughput_over_time_answer(decisions: pd.DataFrame) -> str:
-    """Per trace: the coefficients of variation of bdsgd, static and sync (those replayed), and
-    the steadiest and least steady cutoff policies."""
+    """Per trace: the coefficients of variation of each BDSGD, static and sync (those replayed),
+    and each BDSGD's against static's and sync's, paired by iteration (``_steadier``)."""
     parts = []
+    plain = decisions[~decisions["policy"].str.contains("/")]
     for trace, sub in variability(decisions).groupby("trace"):
         sub = sub.set_index("policy")
-        named = [p for p in ("bdsgd", "static", "sync") if p in sub.index]
-        extremes = sub["rate_cv"].idxmin(), sub["rate_cv"].idxmax()
+        named = [p for p in (*BDSGDS, "static", "sync") if p in sub.index]
+        compared = [_steadier(plain, trace, p, ref) for p in BDSGDS for ref in ("static", "sync")
+                    if p in sub.index and ref in sub.index]
         parts.append(f"On {trace}, the per-iteration throughput's coefficient of variation is "
                      + ", ".join(f"{sub.loc[p, 'rate_cv']:.2f} under {p} (of its cutoff "
                                  f"{sub.loc[p, 'cutoff_cv']:.2f})" for p in named)
-                     + f"; lowest {sub.loc[extremes[0], 'rate_cv']:.2f} ({extremes[0]}), highest "
-                     f"{sub.loc[extremes[1], 'rate_cv']:.2f} ({extremes[1]}). "
+                     + (f"; paired by iteration (lower is steadier), {'; '.join(compared)}"
+                        if compared else "") + ". "
                      + _why_variable(decisions, trace))
     return " ".join(parts).strip()
+
+
+def _cv_ratio(rate: np.ndarray, reference: np.ndarray) -> float:
+    """The coefficient of variation of ``rate`` over ``reference``'s (NaN if that one's is 0)."""
+    cv, cv_ref = (float(r.std() / r.mean()) for r in (rate, reference))
+    return cv / cv_ref if cv_ref > 0 else np.nan
+
+
+def _steadier(plain: pd.DataFrame, trace: str, policy: str, reference: str) -> str:
+    """``policy``'s coefficient of variation of c_t / d_t over ``reference``'s on the same
+    iterations, with its block-bootstrap interval and verdict ("lower" is better)."""
+    a, b = (r["cutoff"].to_numpy() / r["duration_s"].to_numpy()
+            for r in (_replay(plain, trace, p) for p in (policy, reference)))
+    low, high = block_bootstrap_interval(_cv_ratio, a, b)
+    return (f"{policy}'s against {reference}'s: "
+            f"{verdict(low, high, 'lower', pairs='iterations')} (ratio {_cv_ratio(a, b):.3g}, "
+            f"{CONFIDENCE:.0%} interval {low:.3g} to {high:.3g}, {len(a)} iterations)")
 
 
 def _why_variable(decisions: pd.DataFrame, trace: str) -> str:
@@ -268,13 +287,13 @@ def worker_time(table: pd.DataFrame, path: Path) -> list[Path]:
 
 
 def worker_time_answer(table: pd.DataFrame) -> str:
-    """Per trace: the idle and dropped fractions of sync, static, bdsgd and the oracle (those
-    replayed)."""
+    """Per trace: the idle and dropped fractions of sync, static, each BDSGD and the oracle
+    (those replayed)."""
     parts = []
     rows = table.dropna(subset=["idle_fraction", "wasted_fraction"])
     for trace, sub in rows.groupby("trace"):
         sub = sub.drop_duplicates("policy").set_index("policy")
-        named = [p for p in ("sync", "static", "bdsgd", "oracle") if p in sub.index]
+        named = [p for p in ("sync", "static", *BDSGDS, "oracle") if p in sub.index]
         parts.append(f"On {trace}, the workers idle "
                      + ", ".join(f"{sub.loc[p, 'idle_fraction']:.1%} of their time under {p} "
                                  f"(computing dropped gradients {sub.loc[p, 'wasted_fraction']:.1%})"
@@ -381,16 +400,18 @@ def decision_overhead(overhead: pd.DataFrame, path: Path) -> list[Path]:
 
 
 def decision_overhead_answer(overhead: pd.DataFrame) -> str:
-    """Per trace: the slowest policy's median and 99th-percentile decision time against the
-    iteration."""
+    """Per trace: the median and 99th-percentile decision time of the slowest policy and of each
+    BDSGD, against that policy's mean iteration."""
     overhead = overhead.assign(iteration=iteration_seconds(overhead))
     parts = []
     for trace, sub in overhead.dropna(subset=["iteration"]).groupby("trace"):
-        r = sub.loc[sub["decision_ms_p50"].idxmax()]
-        parts.append(f"On {trace} (n = {int(r['n_workers'])}), the slowest decision, {r['policy']}'s, "
-                     f"takes {r['decision_ms_p50']:.3g} ms at the median and "
-                     f"{r['decision_ms_p99']:.3g} ms at the 99th percentile: "
-                     f"{r['decision_ms_p50'] / 1e3 / r['iteration']:.2%} and "
-                     f"{r['decision_ms_p99'] / 1e3 / r['iteration']:.2%} of a "
-                     f"{r['iteration']:.3g} s iteration.")
+        slowest = sub.loc[sub["decision_ms_p50"].idxmax(), "policy"]
+        said = [f"{p}'s{' (the slowest)' if p == slowest else ''} takes "
+                f"{r['decision_ms_p50']:.3g} ms at the median and {r['decision_ms_p99']:.3g} ms "
+                f"at the 99th percentile: {r['decision_ms_p50'] / 1e3 / r['iteration']:.2%} and "
+                f"{r['decision_ms_p99'] / 1e3 / r['iteration']:.2%} of its "
+                f"{r['iteration']:.3g} s iteration"
+                for p, r in sub.set_index("policy").iterrows() if p == slowest or p in BDSGDS]
+        parts.append(f"On {trace} (n = {int(sub['n_workers'].iloc[0])}), a decision: "
+                     + "; ".join(said) + ".")
     return " ".join(parts)

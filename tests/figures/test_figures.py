@@ -6,6 +6,7 @@ byte-identical tables."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -36,7 +37,12 @@ from bdsgd.figures.verdicts import verdict_table
 from bdsgd.outputs.io import write_json
 from bdsgd.plotting import figure_note, save_figure, unit_label
 from bdsgd.policies import NAMES
-from bdsgd.stats import block_ratio_interval, median_interval, time_to_target_stats
+from bdsgd.stats import (
+    block_bootstrap_interval,
+    block_ratio_interval,
+    median_interval,
+    time_to_target_stats,
+)
 from tests.figure_results import (
     DECISIONS,
     DIST_CUTOFF,
@@ -220,7 +226,7 @@ def test_cutoff_over_time_one_panel_per_policy_of_integer_steps(drawn):
     panels = _panels(drawn["cutoff_over_time"])
     # the default rule only (no bdsgd/ratio), oracle and sync included
     assert set(panels) == {f"sim: {p}" for p in ("sync", "static", "bdsgd", "oracle",
-                                                   "explore-bdsgd")}
+                                                   "explore-bdsgd", "bdsgd-paper")}
     for title, ax in panels.items():
         (line,) = ax.get_lines()
         assert line.get_color() == policy_colour(title.split(": ")[1])
@@ -241,7 +247,8 @@ def test_training_cutoff_one_panel_per_policy_with_every_seed(drawn):
     cutoff_policies = {p for p, _, _, _ in RUNS if p not in MODES}
     # the old runs without a trace (bdsgd) and those on sim; no training mode
     assert set(panels) == {"digits: bdsgd", "digits: bdsgd+progress", "digits: bdsgd+lr-none",
-                           "digits on sim: sync", "digits on sim: explore-bdsgd"}
+                           "digits: bdsgd-paper", "digits on sim: sync",
+                           "digits on sim: explore-bdsgd"}
     assert {t.split(": ")[1] for t in panels} == cutoff_policies
     for title, ax in panels.items():
         policy = title.split(": ")[1]
@@ -289,14 +296,17 @@ def test_answers_state_what_was_measured(results):
     # iterations 10 and 15 at 1.0 and 1.1 s: median 13.25
     verdicts = verdict_table(summary, decisions)
     assert render.time_to_accuracy_answer(metrics, summary, verdicts) == (
-        "On digits, the median time to target over 2 seeds: bdsgd 15.8 s. On digits on sim, the "
-        "median time to target over 3 seeds: sync 40 s.")
+        "On digits, the median time to target over 2 seeds: bdsgd 15.8 s, bdsgd-paper 21 s. "
+        "bdsgd against bdsgd-paper: too few seeds (ratio 0.75, 95% interval 0.75 to 0.75, 2 "
+        "seeds). On digits on sim, the median time to target over 3 seeds: sync 40 s.")
     assert render.cutoff_over_time_answer(decisions) == (
         "On sim, bdsgd changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
+        "bdsgd-paper changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5); "
         "oracle changes its cutoff on 100% of iterations and ranges 1-4 (mean 2.5) of n = 4.")
     assert render.training_cutoff_answer(metrics) == (
         "During training on digits, bdsgd's cutoff ranges 2-3 (mean 2.5) and changes on 100% "
-        "of iterations (mean over 2 seeds).")
+        "of iterations (mean over 2 seeds); bdsgd-paper's cutoff ranges 2-3 (mean 2.5) and "
+        "changes on 100% of iterations (mean over 2 seeds).")
     assert render.model_predictions_answer(predictions) == (
         "On sim, the realised x_(c) fell inside the 90% prediction interval on 75% of held-out "
         "iterations for c = 2..4 (c = 2: 75%, c = 3: 75%, c = 4: 75%).")
@@ -367,6 +377,26 @@ def test_median_interval_narrows_to_the_order_statistics_that_cover_95_percent()
     median, low, high, coverage = median_interval(np.arange(1.0, 21.0))
     assert (median, low, high) == (10.5, 6.0, 15.0)
     assert coverage == pytest.approx(0.958611, abs=1e-6)
+
+
+def test_block_bootstrap_interval_covers_what_the_pairing_shares():
+    """Two replays of the same iterations: a statistic of both, its interval from blocks drawn
+    alike for both. The same series gives exactly 1; one whose every deviation is twice the
+    other's, a tight interval at 2 (the shared spread cancels); independent ones twice as
+    variable, a wider one around 2 that still excludes 1; fewer than two blocks, none."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(0.0, 1.0, (2, 400))
+    def cv_ratio(a, b):
+        return (a.std() / a.mean()) / (b.std() / b.mean())
+    assert block_bootstrap_interval(cv_ratio, 10 + x, 10 + x) == (1.0, 1.0)
+    low, high = block_bootstrap_interval(cv_ratio, 10 + 2 * x, 10 + x)
+    assert 1.95 < low < 2.0 < high < 2.05
+    low, high = block_bootstrap_interval(cv_ratio, 10 + 2 * x, 10 + y)
+    assert 1.5 < low < 2.0 < high < 2.5 and high - low > 0.2
+    assert all(np.isnan(block_bootstrap_interval(cv_ratio, x[:1], x[:1])))
+    # seeded: a result repeats
+    assert block_bootstrap_interval(cv_ratio, x, x[::-1]) == block_bootstrap_interval(
+        cv_ratio, x, x[::-1])
 
 
 def test_time_to_target_stats_count_seeds_that_reached():
@@ -495,7 +525,8 @@ def test_throughput_dots_on_a_fitted_axis_with_values_and_intervals(results, mon
     ax = fig.axes[0]
     bars = [line for line in ax.get_lines() if len(line.get_xdata()) == 1
             and line.get_marker() in common.MARKERS.values()]
-    assert len(bars) == 6  # sync, static, bdsgd under each rule, explore-bdsgd, the oracle's plan
+    # sync, static, bdsgd under each rule, explore-bdsgd, bdsgd-paper, the oracle's plan
+    assert len(bars) == 7
     table, _ = render.load_throughput(results)
     rows = replay.throughput_intervals(table, render.load_throughput(results)[1])
     lowest = np.nanmin(rows[["relative_to_oracle", "low", "high"]].to_numpy())
@@ -513,7 +544,8 @@ def test_throughput_over_time_a_panel_per_policy(results, monkeypatch, tmp_path)
     [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: replay.throughput_over_time(
         d, {"sim": "s"}, tmp_path / "o.png"))
     panels = [ax for ax in fig.axes if ax.axison]
-    assert len(panels) == 5  # sync, static, bdsgd, oracle, explore-bdsgd (default rule)
+    # sync, static, bdsgd, oracle, explore-bdsgd, bdsgd-paper (default rule)
+    assert len(panels) == 6
     assert all(_labelled(ax) for ax in panels)
     assert "accepted gradients / s" in panels[0].get_ylabel()
     for ax in panels:
@@ -526,11 +558,12 @@ def test_worker_time_and_its_answer(results, monkeypatch, tmp_path):
     [fig] = _drawn(results, monkeypatch,
                    lambda t, d, p, o: replay.worker_time(t, tmp_path / "w.png"))
     ax = fig.axes[0]
-    assert _labelled(ax) and len(ax.get_yticklabels()) == 6  # the oracle too
+    assert _labelled(ax) and len(ax.get_yticklabels()) == 7  # the oracle too
     assert any("idle 30.0%" in t.get_text() for t in ax.texts)  # sync: idle 0.3
     table, _ = render.load_throughput(results)
     answer = replay.worker_time_answer(table)
     assert "30.0% of their time under sync" in answer and "under oracle" in answer
+    assert "6.0% of their time under bdsgd-paper (computing dropped gradients 12.0%)" in answer
     render.plt.close(fig)
 
 
@@ -539,7 +572,7 @@ def test_period_sweep_lines_and_the_fixed_reference(results, monkeypatch, tmp_pa
                    lambda t, d, p, o: replay.period_sweep(p, tmp_path / "p.png"))
     ax = fig.axes[0]
     labels = {line.get_label(): line for line in ax.get_lines()}
-    assert set(labels) == {"bdsgd", "oracle-fixed (c = 3)"}
+    assert set(labels) == {"bdsgd", "bdsgd-paper", "oracle-fixed (c = 3)"}
     assert list(labels["bdsgd"].get_xdata()) == [1, 10] and _labelled(ax)
     answer = replay.period_sweep_answer(load_period_sweep(results))
     assert "bdsgd goes from 0.969 deciding every 1 iteration(s) (ahead against the fixed cutoff: " \
@@ -554,13 +587,18 @@ def test_decision_overhead_against_the_iteration(results, monkeypatch, tmp_path)
         o, tmp_path / "d.png"))
     ax = fig.axes[0]
     dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
-    assert len(dots) == 5 and ax.get_yscale() == "log" and _labelled(ax)
+    assert len(dots) == 6 and ax.get_yscale() == "log" and _labelled(ax)
     # sync's median: 0.01 ms of a 1.5 s iteration, in its colour
     [sync] = [d for d in dots if d.get_label() == "sync"]
     assert sync.get_color() == policy_colour("sync")
     assert sync.get_ydata()[0] == pytest.approx(0.01e-3 / 1.5)
     overhead = load_overhead(results)
-    assert "explore-bdsgd's" in replay.decision_overhead_answer(overhead)
+    # the slowest decision's, and each BDSGD's, against its own iteration
+    assert replay.decision_overhead_answer(overhead) == (
+        "On sim (n = 4), a decision: bdsgd's takes 0.03 ms at the median and 0.09 ms at the "
+        "99th percentile: 0.00% and 0.01% of its 1.5 s iteration; bdsgd-paper's (the slowest) "
+        "takes 0.07 ms at the median and 0.21 ms at the 99th percentile: 0.00% and 0.01% of its "
+        "1.5 s iteration.")
     # a replay without seconds (a normalised trace, no gradient time) is not drawn
     assert replay.iteration_seconds(overhead).tolist() == pytest.approx([1.5] * len(overhead))
     assert replay.iteration_seconds(overhead.assign(in_seconds=False)).isna().all()
@@ -585,6 +623,19 @@ def test_throughput_summary_appends_the_replay_measures(rendered):
                                       "relative_to_oracle", "mean_cutoff", "cutoff_std"]
     assert table.set_index("policy").loc["sync", "idle_fraction"] == 0.3
     assert not any(c.startswith("decision_ms") for c in table.columns)  # wall-clock: kept out
+
+
+def test_every_answer_that_states_bdsgd_states_the_papers_beside_it(rendered):
+    """Teng & Wood's BDSGD beside ours: every section of answers.rst that names bdsgd (the
+    policy, not bdsgd-model or a variant) names bdsgd-paper too."""
+    out, _ = rendered
+    text = (out / "answers.rst").read_text()
+    sections = dict(re.findall(r"\.\. answer (\S+) --\n(.*?)\n\.\. end", text, re.S))
+    naming = [k for k, said in sections.items() if re.search(r"\bbdsgd\b(?![-+])", said)]
+    assert {"time_to_accuracy", "throughput", "cutoff_over_time", "training_cutoff",
+            "throughput_over_time", "worker_time", "period_sweep", "ablations",
+            "comm_sweep", "decision_overhead"} <= set(naming)
+    assert [k for k in naming if "bdsgd-paper" not in sections[k]] == []
 
 
 def test_the_reviewers_table_keeps_wall_clock_answers_in_the_captions(rendered):

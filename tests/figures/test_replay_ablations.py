@@ -88,8 +88,10 @@ def test_the_figures_and_answers_state_what_was_measured(tmp_path):
     _arm(results, "sim", "late-finish", both, 0.1, 0.5)
     table = replay_ablations.ablation_table(load_replay_ablations(results))
     assert len(table) == 6 and table["forecast_bias"].round(6).tolist()[:2] == [0.0, round(np.log(0.7), 6)]
-    answer = replay_ablations.censoring_answer(table)
+    answer = replay_ablations.censoring_answer(table, pd.Series({"sim": 0.25}))
     assert "-30%" in answer and "0.500 of the hindsight optimum against 0.900" in answer
+    assert answer.endswith("bdsgd-paper, which imputes with a Gaussian emission, reaches 0.250 "
+                           "of it on the same test part.")
     # finishing halves the duration: twice the later half's throughput
     assert ("2.000x the throughput, ahead against bdsgd-model (ratio 2, 95% interval 2 to 2), "
             "forecast error 0.100") in replay_ablations.data_value_answer(table)
@@ -102,7 +104,7 @@ def test_the_figures_and_answers_state_what_was_measured(tmp_path):
 
 def test_without_ablations_the_answer_says_so(tmp_path):
     table = replay_ablations.ablation_table([])
-    assert replay_ablations.censoring_answer(table).startswith("Not measured")
+    assert replay_ablations.censoring_answer(table, pd.Series()).startswith("Not measured")
     path = tmp_path / "c.png"
     replay_ablations.draw(table, "censoring", path, lambda trace: "s", policy_style)
     assert path.exists()

@@ -134,9 +134,16 @@ def test_the_why_answers_state_the_mechanism():
     flipping = pd.DataFrame({"trace": "t", "policy": "bdsgd-paper", "iteration": np.arange(100),
                              "cutoff": c, "duration_s": np.where(c == 8, 7.0, 1.0)})
     steady = flipping.assign(policy="sync", cutoff=8, duration_s=7.0)
-    answer = replay.throughput_over_time_answer(pd.concat([flipping, steady]))
+    static = flipping.assign(policy="static", cutoff=7,
+                             duration_s=1.0 + 0.1 * RNG.standard_normal(100))
+    answer = replay.throughput_over_time_answer(pd.concat([
+        flipping, steady, static, static.assign(policy="bdsgd")]))
     assert "bdsgd-paper changes its cutoff on 100% of iterations, and its iterations at c = 8 " \
            "last 7.0x as long as the rest" in answer
+    # steadiness paired by iteration: alike is level, the flipping one behind static
+    assert "bdsgd's against static's: level (ratio 1, 95% interval 1 to 1, 100 iterations)" \
+        in answer
+    assert "bdsgd-paper's against static's: behind" in answer
     sweep = pd.DataFrame([{"trace": "t", "topology": "ps", "policy": p, "ratio": r,
                            "relative_to_sync": gain, "sync_low": gain - 0.02,
                            "sync_high": gain + 0.02}
