@@ -133,8 +133,10 @@ def replay_again(args, name: str, seed: int, rows: dict,
     torch.set_num_threads(1)
     _, _, cfg = load(args, name, seed)
     start = time.perf_counter()
+    # bayes only where the simulator's truth is (as ``measure`` adds it)
+    again = [p for p in args.replay if p != "bayes" or Path(f"{stem}_test.truth.npz").exists()]
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
-        new = run_benchmark(f"{stem}_test.parquet", args.replay, model_path=f"{stem}_model.pt",
+        new = run_benchmark(f"{stem}_test.parquet", again, model_path=f"{stem}_model.pt",
                             rule="both", cfg=cfg, decisions_out=f"{tmp}/decisions.parquet",
                             json_out=f"{tmp}/table.json",
                             history_path=None if args.cold else f"{stem}_train.parquet")

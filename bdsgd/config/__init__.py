@@ -107,6 +107,7 @@ class PoliciesConfig:
     rule: str
     rate_halflife: float
     min_gain: float
+    charge_lag: bool
     static_backups: float
     window: int
     explore_prob: float
@@ -355,9 +356,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
                                  "gather": _sub(GatherConfig, spec.get("gather"))})
               for name, spec in data["traces"].items()}
     return Config(
-        experiment=data["experiment"],
-        seed=data["seed"],
-        traces=traces,
+        experiment=data["experiment"], seed=data["seed"], traces=traces,
         model=_sub(ModelConfig, data["model"]),
         policies=_sub(PoliciesConfig, data["policies"]),
         throughput=_sub(ThroughputConfig, {**data["throughput"], "ablations": _sub(

@@ -38,6 +38,7 @@ import seaborn as sns  # noqa: E402
 from bdsgd.errors import UserError  # noqa: E402
 from bdsgd.figures import (  # noqa: E402
     FIGURES,
+    over_time,
     replay,
     replay_ablations,
 )
@@ -272,7 +273,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         *training_cutoff(metrics, summary, path["training_cutoff"]),
         *cutoff_over_time(decisions, path["cutoff_over_time"]),
         *replay.throughput_bars(table, decisions, path["throughput"]),
-        *replay.throughput_over_time(decisions, units, path["throughput_over_time"]),
+        *over_time.throughput_over_time(decisions, units, path["throughput_over_time"]),
         *replay.worker_time(table, path["worker_time"]),
         *_write_csv(periods, path["period_sweep_summary"]),
         *replay.period_sweep(periods, path["period_sweep"]),
@@ -299,7 +300,7 @@ def _render_all(results_dir: Path, out_dir: Path) -> list[Path]:
         "model_predictions": model_predictions_answer(predictions),
         "comm_sweep": comm_sweep_answer(sweep),
         "throughput": replay.throughput_answer(table, decisions, verdicts),
-        "throughput_over_time": replay.throughput_over_time_answer(decisions),
+        "throughput_over_time": over_time.throughput_over_time_answer(decisions),
         "worker_time": replay.worker_time_answer(table),
         "period_sweep": replay.period_sweep_answer(periods),
         "decision_overhead": replay.decision_overhead_answer(overhead),

@@ -114,7 +114,7 @@ class Predictor:
 
 
 def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_gain: float = 0.0,
-           worth: np.ndarray | None = None) -> int:
+           worth: np.ndarray | None = None, lag: float = 0.0) -> int:
     """Turn predicted order statistics into a cutoff. ``comm`` is the cluster's network
     (``bdsgd.cluster.network.durations``): D(c), when an iteration that waits for c gradients
     ends, is taken at the forecast arrivals E[x_(1..n)], so the communication a cut saves follows
@@ -136,6 +136,10 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_ga
     ``worth`` (n,) puts what cutoff c is worth in place of c itself (the progress objective,
     ``bdsgd.policies.progress``): counted = worth - delta (worth(n) - worth), and lambda_hat is
     then worth per second. None: c, the throughput objective.
+
+    ``lag`` kappa charges each cut worker the seconds its late start adds to a later iteration
+    (``PredictivePolicy``: where cut workers finish their gradient): D(c) counts as
+    D(c) + kappa (n - c).
     """
     n = len(expected)
     if worth is None:
@@ -146,7 +150,7 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_ga
         if worth.shape != (n,):
             raise ValueError(f"worth must have shape ({n},), got {worth.shape}")
         counted = worth - min_gain * (worth[-1] - worth)
-    cost = durations(comm, expected)
+    cost = durations(comm, expected) + lag * (n - np.arange(1, n + 1))
     if rule == "rate" and rate is not None:
         score = counted - rate * cost
     elif rule in ("rate", "ratio"):
@@ -175,12 +179,17 @@ class PredictivePolicy(Policy):
     learning rate that ``lr_scaling`` (train.lr_scaling) gives c, from the
     gradient noise scale that ``observe_gradients`` estimates (``bdsgd.policies.progress``; the
     same halflife). lambda_hat is then worth per second.
+
+    ``charge_lag``: kappa = sum delay / sum cuts, each weighted as lambda_hat's, where an
+    iteration's delay is its cutoff time beyond the accepted workers' own run-times (the late
+    starts of workers cut before, ``bdsgd.cluster.clock``) and its cuts the workers the iteration
+    before cut; ``decide`` charges each cut worker kappa.
     """
 
     def __init__(self, name: str, predictor: Predictor, rule: str, comm: float | np.ndarray,
                  n_workers: int,
                  halflife: float = 100.0, min_gain: float = 0.0, objective: str = "throughput",
-                 batch: int = 1, lr_scaling: str = "linear"):
+                 batch: int = 1, lr_scaling: str = "linear", charge_lag: bool = False):
         if rule not in RULES:
             raise ValueError(f"unknown decision rule {rule!r}; choose from {RULES}")
         if objective not in OBJECTIVES:
@@ -195,6 +204,9 @@ class PredictivePolicy(Policy):
         self.gradients, self.seconds = 0.0, 0.0  # exponentially weighted sums (of worth)
         self.chosen = False  # whether the iteration being observed was this policy's choice
         self.expected: np.ndarray | None = None  # E[x_(c)], c = 1..n, at the last choice
+        self.charge_lag = charge_lag
+        self.lag_s, self.cuts = 0.0, 0.0  # exponentially weighted: late starts' delay, cuts
+        self.cut: int | None = None  # workers the previous iteration cut
 
     @property
     def rate(self) -> float | None:
@@ -221,12 +233,18 @@ class PredictivePolicy(Policy):
         if expected is None:
             return self.n
         return decide(expected, self.rule, self.rate, self.comm, self.min_gain,
-                      self.worth(np.arange(1, self.n + 1)))
+                      self.worth(np.arange(1, self.n + 1)), self.lag)
 
     def forecast(self, c: int) -> float:
         """E[x_(c)] as the predictor expected it at the last choice (NaN before it had anything
         to go on): kept from ``choose``, so that asking draws nothing more."""
         return np.nan if self.expected is None else float(self.expected[c - 1])
+
+    @property
+    def lag(self) -> float:
+        """kappa, the seconds a cut worker's late start has added to the next iteration's cutoff
+        time, per cut worker, recently (0 until a cut was seen, or where not charged)."""
+        return self.lag_s / self.cuts if self.charge_lag and self.cuts > 0 else 0.0
 
     def observe(self, obs: Observation) -> None:
         if self.chosen:
@@ -234,6 +252,13 @@ class PredictivePolicy(Policy):
             self.gradients = self.decay * self.gradients + (
                 obs.cutoff if gained is None else float(gained[0]))
             self.seconds = self.decay * self.seconds + obs.duration
+        if self.cut is not None:
+            # the accepted workers' own run-times bound when the cutoff would have come with
+            # no late start: what is beyond it, the previous cuts' late starts added
+            delay = max(obs.cutoff_time - float(np.max(obs.runtimes[obs.accepted])), 0.0)
+            self.lag_s = self.decay * self.lag_s + delay
+            self.cuts = self.decay * self.cuts + self.cut
+        self.cut = self.n - obs.cutoff
         self.chosen = False
         self.predictor.observe(obs)
 

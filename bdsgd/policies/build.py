@@ -210,7 +210,8 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     # the paper's BDSGD has none
     min_gain = cfg.min_gain if need.learns and not need.paper else 0.0
     policy = PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife,
-                              min_gain, objective, batch, lr_scaling)
+                              min_gain, objective, batch, lr_scaling,
+                              charge_lag=cfg.charge_lag and not need.paper)
     return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
 

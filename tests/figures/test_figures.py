@@ -27,6 +27,7 @@ from bdsgd.figures import (
     distributed,
     figure_files,
     inputs,
+    over_time,
     render,
     replay,
 )
@@ -509,7 +510,8 @@ def test_block_ratio_interval_by_hand():
 def _drawn(results, monkeypatch, draw) -> list:
     """The figures ``draw(table, decisions, periods, overhead)`` makes, not saved."""
     figures = []
-    monkeypatch.setattr(replay, "save_figure", lambda fig, path: figures.append(fig) or [path])
+    for module in (replay, over_time):
+        monkeypatch.setattr(module, "save_figure", lambda fig, path: figures.append(fig) or [path])
     table, decisions = render.load_throughput(results)
     draw(table, decisions, load_period_sweep(results), load_overhead(results))
     return figures
@@ -541,7 +543,7 @@ def test_throughput_dots_on_a_fitted_axis_with_values_and_intervals(results, mon
 
 
 def test_throughput_over_time_a_panel_per_policy(results, monkeypatch, tmp_path):
-    [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: replay.throughput_over_time(
+    [fig] = _drawn(results, monkeypatch, lambda t, d, p, o: over_time.throughput_over_time(
         d, {"sim": "s"}, tmp_path / "o.png"))
     panels = [ax for ax in fig.axes if ax.axison]
     # sync, static, bdsgd, oracle, explore-bdsgd, bdsgd-paper (default rule)
@@ -611,9 +613,9 @@ def test_throughput_answers_state_the_fixture(results):
         columns=["task", "trace", "policy", "seed", "time_to_target_s"]), decisions))
     assert answer.startswith("On sim, bdsgd/rate reaches 0.700")
     assert "bdsgd against sync: too few iterations (ratio 1, 95% interval 0.649 to 1.35" in answer
-    over_time = replay.throughput_over_time_answer(decisions)
-    cv = replay.variability(decisions).set_index("policy")
-    assert f"{cv.loc['bdsgd', 'rate_cv']:.2f} under bdsgd" in over_time
+    said = over_time.throughput_over_time_answer(decisions)
+    cv = over_time.variability(decisions).set_index("policy")
+    assert f"{cv.loc['bdsgd', 'rate_cv']:.2f} under bdsgd" in said
 
 
 def test_throughput_summary_appends_the_replay_measures(rendered):

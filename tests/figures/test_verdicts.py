@@ -128,7 +128,7 @@ def test_mlperf_mean_drops_the_fastest_and_the_slowest():
 def test_the_why_answers_state_the_mechanism():
     """R1's "why": a BDSGD that alternates between waiting for the straggler and cutting it
     varies with every change; communication shrinks what even the optimum gains."""
-    from bdsgd.figures import render, replay
+    from bdsgd.figures import over_time, render
 
     c = np.tile([8, 7], 50)
     flipping = pd.DataFrame({"trace": "t", "policy": "bdsgd-paper", "iteration": np.arange(100),
@@ -136,7 +136,7 @@ def test_the_why_answers_state_the_mechanism():
     steady = flipping.assign(policy="sync", cutoff=8, duration_s=7.0)
     static = flipping.assign(policy="static", cutoff=7,
                              duration_s=1.0 + 0.1 * RNG.standard_normal(100))
-    answer = replay.throughput_over_time_answer(pd.concat([
+    answer = over_time.throughput_over_time_answer(pd.concat([
         flipping, steady, static, static.assign(policy="bdsgd")]))
     assert "bdsgd-paper changes its cutoff on 100% of iterations, and its iterations at c = 8 " \
            "last 7.0x as long as the rest" in answer

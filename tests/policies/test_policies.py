@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bdsgd.cluster.clock import SyncClock
 from bdsgd.cluster.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum, observation, throughput
 from bdsgd.cluster.server import replay
 from bdsgd.config import default_config
@@ -183,6 +184,42 @@ def test_min_gain_charges_each_discarded_gradient_one_plus_delta():
     assert decide(two_slow, "rate", 2.0) == 2
     assert decide(two_slow, "rate", 2.0, min_gain=0.2) == 4  # less than 2 x 1.2
     assert decide(np.array([1.0, 1.1, 1.2, 5.0]), "rate", 2.0, min_gain=0.2) == 3
+
+
+def test_lag_charges_each_cut_worker_the_delay_its_late_start_adds():
+    """kappa counts D(c) as D(c) + kappa (n - c): a marginal cut is no longer made, a cut that
+    saves more than the delay it hands on still is."""
+    expected = np.array([1.0, 1.1, 1.2, 2.0])  # cutting the last saves 0.8 s at 2 / s
+    assert decide(expected, "rate", 2.0) == 3
+    assert decide(expected, "rate", 2.0, lag=0.2) == 3  # 3 - 2 x 1.4 > 4 - 2 x 2
+    assert decide(expected, "rate", 2.0, lag=0.5) == 4  # the delay outweighs the saving
+    assert decide(np.array([1.0, 1.1, 1.2, 5.0]), "rate", 2.0, lag=0.5) == 3
+    assert decide(expected, "ratio", None) == 3
+    assert decide(expected, "ratio", None, lag=0.5) == 4  # 3 / 1.7 < 4 / 2
+
+
+def test_the_lag_is_measured_from_late_starts_that_delay_the_cutoff():
+    """kappa: the cutoff time beyond the accepted workers' own run-times (their late starts),
+    per worker the iteration before cut. Cut workers that abandon their gradient (or a policy
+    that does not charge it, as the paper's BDSGD) leave it 0; the clock's late starts show it."""
+    clock = SyncClock(0.0, 4, late="finish")
+    policy = PredictivePolicy("p", LastIteration(), "rate", 0.0, 4, charge_lag=True)
+    plain = PredictivePolicy("p", LastIteration(), "rate", 0.0, 4)
+    calm = np.array([1.0, 1.0, 1.0, 1.0])
+    for obs in (clock.iteration(0, np.array([1.0, 1.0, 1.0, 1.6]), 3),  # worker 3 cut, 0.6 late
+                clock.iteration(1, calm, 4)):  # waited for: its late start delays the cutoff
+        policy.observe(obs)
+        plain.observe(obs)
+    assert obs.cutoff_time == pytest.approx(1.6) and policy.lag == pytest.approx(0.6)
+    assert plain.lag == 0.0
+    abandon = SyncClock(0.0, 4, late="abandon")
+    policy = PredictivePolicy("p", LastIteration(), "rate", 0.0, 4, charge_lag=True)
+    for t, x in enumerate((np.array([1.0, 1.0, 1.0, 1.6]), calm)):
+        policy.observe(abandon.iteration(t, x, 3 if t == 0 else 4))
+    assert policy.lag == 0.0
+    cfg = dataclasses.replace(CFG, charge_lag=True)
+    assert build("bdsgd", 4, None, cfg=cfg).charge_lag
+    assert not build("bdsgd-paper", 4, None, cfg=cfg).charge_lag
 
 
 def test_the_learning_policies_get_the_margin_and_bayes_does_not():
