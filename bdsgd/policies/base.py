@@ -252,7 +252,7 @@ class PredictivePolicy(Policy):
             self.gradients = self.decay * self.gradients + (
                 obs.cutoff if gained is None else float(gained[0]))
             self.seconds = self.decay * self.seconds + obs.duration
-        if self.cut is not None:
+        if self.charge_lag and self.cut is not None:
             # the accepted workers' own run-times bound when the cutoff would have come with
             # no late start: what is beyond it, the previous cuts' late starts added
             delay = max(obs.cutoff_time - float(np.max(obs.runtimes[obs.accepted])), 0.0)
