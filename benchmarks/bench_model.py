@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import from_dict
+from bdsgd.entry import keep_freed_memory
 from bdsgd.policies import averaging
 from bdsgd.policies.build import make_policy
 from bdsgd.runtime_model.model import RuntimeModel
@@ -176,6 +177,7 @@ def profile(n: int, iterations: int) -> None:
 
 
 def main() -> None:
+    keep_freed_memory()  # as every bdsgd entry point does: the allocator decisions are served by
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--profile", action="store_true",

@@ -94,3 +94,16 @@ def test_a_convergence_run_records_its_threads(tmp_path, small_trace):
               out_dir=tmp_path / "run"))
     wallclock = json.loads((tmp_path / "run" / "result.json").read_text())["wallclock"]
     assert wallclock["threads"] == 1 and "decision_latency_p50_s" in wallclock
+
+
+def test_an_entry_point_keeps_freed_memory_where_malloc_is_glibcs():
+    """``keep_freed_memory`` raises glibc's mmap and trim thresholds (mallopt says 1 to each);
+    where the C library is another, it reports that it changed nothing. In a child process:
+    the allocator's settings are the process's own."""
+    import platform
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "from bdsgd.entry import keep_freed_memory; "
+                           "print(keep_freed_memory())"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(platform.libc_ver()[0] == "glibc")

@@ -48,15 +48,15 @@ from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import Predictor
 
 
-def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float:
+def log_score(expected: np.ndarray, obs: Observation, scale: float):
     """l_k above, the log of the weight a forecast earns: minus the censored QLIKE loss per
     order statistic of what ``obs`` shows under the forecast ``expected`` (n,) = E[x_(1..n)], at
-    error scale ``scale``."""
+    error scale ``scale``; forecasts stacked (K, n) give the K scores of one observation."""
     n, c = len(obs.runtimes), int(obs.observed.sum())
     seen = np.concatenate([np.sort(obs.runtimes[obs.observed]), np.full(n - c, obs.cutoff_time)])
     ratio = seen / expected
-    ratio[c:] = np.maximum(ratio[c:], 1.0)  # y = max(tau, m)
-    return float(-np.mean(ratio - np.log(ratio) - 1) / scale**2)
+    ratio[..., c:] = np.maximum(ratio[..., c:], 1.0)  # y = max(tau, m)
+    return -np.mean(ratio - np.log(ratio) - 1, axis=-1) / scale**2
 
 
 class Averaged(Predictor):
@@ -90,9 +90,9 @@ class Averaged(Predictor):
         # score each forecast made before this observation, then let the components learn from it
         forecasts = {name: c.expected_order_stats() for name, c in self.components.items()}
         if all(f is not None for f in forecasts.values()):
-            for name, f in forecasts.items():
-                self.log_w[name] = (self.forgetting * self.log_w[name]
-                                    + log_score(f, obs, self.scale))
+            scores = log_score(np.array(list(forecasts.values())), obs, self.scale)
+            for name, score in zip(forecasts, scores, strict=True):
+                self.log_w[name] = self.forgetting * self.log_w[name] + float(score)
         for component in self.components.values():
             component.observe(obs)
 

@@ -76,7 +76,7 @@ class ModelPredictor(Predictor):
         sample."""
         if self.cached is None:
             v = self.model.draws(self.state, self.samples, self.generator, self.params)
-            self.cached = self.model.emitter.unspace(v) * self.model.scale_s
+            self.cached = self.model.emitter.unspace(v).mul_(self.model.scale_s)
         return self.cached
 
     def expected_order_stats(self) -> np.ndarray:

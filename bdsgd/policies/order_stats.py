@@ -133,14 +133,16 @@ def kaplan_meier_sorted(events: np.ndarray, tau: np.ndarray,
     to the largest censoring time when it is at or above the last event, as in ``kaplan_meier``.
     """
     n_events = len(events)
-    order = np.argsort(tau, kind="stable")
-    tau, count = tau[order], count[order]
-    above = np.concatenate([np.cumsum(count[::-1])[::-1], [0.0]])  # censored with tau >= tau_j
-    at_risk = (n_events - np.arange(n_events)) + above[np.searchsorted(tau, events, "left")]
+    # censored workers with tau >= event i: censoring j counts for the events below reach_j, so
+    # sum the counts by reach and accumulate from the top (O(events), no search per event)
+    reach = np.searchsorted(events, tau, "right")
+    by_reach = np.bincount(reach, weights=count, minlength=n_events + 1)
+    above = np.cumsum(by_reach[::-1])[::-1][1:]
+    at_risk = (n_events - np.arange(n_events)) + above
     survival = np.cumprod((at_risk - 1.0) / at_risk)
     probs = np.concatenate([[1.0], survival[:-1]]) - survival
-    if len(tau) and tau[-1] >= events[-1]:
-        values = np.concatenate([events, tau[-1:]])
+    if len(tau) and tau.max() >= events[-1]:
+        values = np.concatenate([events, [tau.max()]])
         probs = np.concatenate([probs, [0.0 + survival[-1]]])
     else:
         values = events

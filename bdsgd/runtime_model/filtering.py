@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from bdsgd.runtime_model.emitter import Emitter
-from bdsgd.runtime_model.gaussian import EMITTER_PARTS, SHORT, Mixture, above, log_phi, stack
+from bdsgd.runtime_model.gaussian import EMITTER_PARTS, SHORT, Mixture, above, log_ndtr, log_phi, stack
 from bdsgd.runtime_model.inference import InferenceNetwork
 from bdsgd.runtime_model.parameters import StepParameters
 from bdsgd.runtime_model.transition import Nodes, Transition
@@ -136,7 +136,7 @@ def observe_components(mix: Mixture, v: torch.Tensor, censored: torch.Tensor):
     a_s, lp_s, tail_s, h_s, var_tail_s = (short(t) for t in (alpha, lp, tail, h, var_tail))
     b = mix.rate * short(sd)
     beta = a_s - b
-    log_e = b * (0.5 * b - a_s) + torch.special.log_ndtr(beta)  # log P(G <= v, E > v - G)
+    log_e = b * (0.5 * b - a_s) + log_ndtr(beta)  # log P(G <= v, E > v - G)
     h_below = torch.exp(lp_s - log_e)  # phi(beta) / Phi(beta)
     mean_below = b - h_below
     var_below = (1 - beta * h_below - h_below**2).clamp(0, 1)

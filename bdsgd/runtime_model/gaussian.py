@@ -46,10 +46,31 @@ def log_phi(z: torch.Tensor) -> torch.Tensor:
     return -0.5 * (LOG_2PI + z**2)
 
 
+ASYMPTOTIC_BELOW = -10.0  # log_ndtr's switch from erfc to Phi's asymptotic series
+
+
+def log_ndtr(z: torch.Tensor) -> torch.Tensor:
+    """log Phi(z), the standard normal's log CDF, to float32's precision and with finite
+    gradients everywhere: log(erfc(-z / sqrt 2) / 2) above z = -10 (erfc keeps its relative
+    precision down to z = -11), and below it the asymptotic series
+    log Phi(z) = log phi(z) - log(-z) + log(1 - 1/z^2 + 3/z^4 - 15/z^6 + ...), whose next term is
+    below 1e-6 there. torch.special.log_ndtr computes the same through erfcx, several times slower
+    on CPU, which the filter's n x 18 components feel at thousands of workers. Each branch sees
+    its argument clamped into its own range, so the one ``where`` discards has no inf to
+    back-propagate."""
+    low = z.clamp_max(ASYMPTOTIC_BELOW)
+    w = low.square().reciprocal()
+    series = (w * (w * (3 - 15 * w) - 1)).log1p() - (-low).log() + log_phi(low)
+    # clamped a unit lower, so that its gradient still passes at the switch itself
+    high = z.clamp_min(ASYMPTOTIC_BELOW - 1)
+    upper = torch.special.erfc(high * -math.sqrt(0.5)).log() - math.log(2)
+    return torch.where(z < ASYMPTOTIC_BELOW, series, upper)
+
+
 def above(z: torch.Tensor, log_phi_z: torch.Tensor):
     """log P(Z > z) and the standardised moments of Z | Z > z, Z ~ N(0, 1): mean h(z) (the
     inverse Mills ratio phi / (1 - Phi)) and variance 1 + z h - h^2. ``log_phi_z``: log_phi(z)."""
-    log_tail = torch.special.log_ndtr(-z)
+    log_tail = log_ndtr(-z)
     h = torch.exp(log_phi_z - log_tail)
     return log_tail, h, (1 + z * h - h**2).clamp(0, 1)
 

@@ -35,11 +35,11 @@ def step_variances(nodes: Nodes, params: StepParameters, samples: int, generator
 
 def episode_levels(nodes: Nodes, params: StepParameters, samples: int,
                    generator=None) -> torch.Tensor:
-    """Draws (S, n) of a node's episode shift delta_c + eps_k, eps_k ~ N(0, s_c^2), one per
-    node and spread to its workers: an episode slows a node's workers together."""
+    """Draws (S, K) of each node's episode shift delta_c + eps_k, eps_k ~ N(0, s_c^2): one per
+    node, which ``Nodes.spread`` gives its workers, so that an episode slows them together."""
     shift, extra = params.episode
     eps = torch.randn((samples, nodes.count), generator=generator)
-    return nodes.spread(shift + extra.sqrt() * eps)
+    return shift + extra.sqrt() * eps
 
 
 def next_step(transition: Transition, emitter: Emitter, nodes: Nodes, params: StepParameters,
@@ -67,7 +67,6 @@ def next_step(transition: Transition, emitter: Emitter, nodes: Nodes, params: St
         var = scale.square_().add_(var_u).add_(step)
     p_c = transition.episode_chain(params.switch).predict(s.p_c)
     c = (torch.rand((samples, nodes.count), generator=generator) < p_c).float()
-    on = nodes.spread(c)
     # A stall: short with P(B_{t+1} = 1), else long with probability pi. Stalls are rare,
     # so they are indexed rather than masked over all S x n draws: one uniform picks the
     # part, and for a short stall u = which / P(B = 1) is a fresh uniform on [0, 1), whose
@@ -84,7 +83,7 @@ def next_step(transition: Transition, emitter: Emitter, nodes: Nodes, params: St
     short_stall = stall.shift[SHORT] - (-u).log1p() / stall.rate
     v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
     v.index_put_((i, w), torch.where(u < 1, short_stall, long_stall), accumulate=True)
-    v = v.add_(on * episode_levels(nodes, params, samples, generator))
+    v = v.add_(nodes.spread(c * episode_levels(nodes, params, samples, generator)))
     if not ancestral:
         return v, None
     b = torch.zeros_like(v).index_put_((i, w), (u < 1).float())

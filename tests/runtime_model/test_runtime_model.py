@@ -616,7 +616,8 @@ def test_an_episode_slows_a_nodes_workers_by_one_size(trained):
         with torch.no_grad():
             m.transition.episode_log_var.fill_(math.log(0.04))
             params = m.step_parameters()
-            levels = episode_levels(m.nodes, params, 20_000, torch.Generator().manual_seed(0)).numpy()
+            levels = m.nodes.spread(episode_levels(m.nodes, params, 20_000,
+                                                   torch.Generator().manual_seed(0))).numpy()
         assert levels.mean(0) == pytest.approx(float(params.episode[0]), abs=0.01)
         assert levels.std(0) == pytest.approx(0.2, abs=0.01)
         mates = np.corrcoef(levels[:, 0], levels[:, 1])[0, 1]
