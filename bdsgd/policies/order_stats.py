@@ -11,7 +11,7 @@ Three ways, for three uses:
   estimate of the ``ecdf`` policy). With U_(r:n) ~ Beta(r, n-r+1),
   E[X_(r:n)] = E[Q(U_(r:n))] = sum_g integral_{cell g} Q(u) dP(U_(r:n) = u).
   On a grid of cells, Q is replaced by its exact mean over each cell; the cell probabilities
-  W[g, r] = P(U_(r:n) in cell g) depend on n only and are computed once. The cells are uniform in
+  W[r, g] = P(U_(r:n) in cell g) depend on n only and are computed once. The cells are uniform in
   theta with u = sin(theta)^2, which makes every Beta(r, n-r+1) about equally wide (its standard
   deviation in theta is ~1/(2 sqrt n), also at r = 1 and r = n), so ``CELLS_PER_SD`` cells per
   standard deviation resolve every order statistic, the extreme ones included. A decision then
@@ -24,6 +24,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+from scipy import sparse
 from scipy.integrate import quad_vec
 from scipy.special import gammaln, log_ndtr, ndtri
 
@@ -51,13 +52,13 @@ def elfving(n: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=8)
-def grid(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cell edges e_0 = 0 < ... < e_G = 1 in u, and W[g, r-1] = P(U_(r:n) in (e_g, e_(g+1)]).
+def grid(n: int) -> tuple[np.ndarray, sparse.csr_array]:
+    """Cell edges e_0 = 0 < ... < e_G = 1 in u, and W[r-1, g] = P(U_(r:n) in (e_g, e_(g+1)]).
 
     P(U_(r:n) <= p) = P(Binomial(n, p) >= r): a reverse cumulative sum of binomial
     probabilities, computed for every edge at once in log space. Each U_(r:n) lives in a band of
-    cells (weights outside it are below 1e-15), so W is kept as (n, B) bands starting at cell
-    ``index[r-1, 0]``: a decision reads n x B numbers, not n x G.
+    cells (weights outside it are below 1e-15), so W is kept sparse, (n, G) with only the band's
+    weights: a decision reads n x B numbers, not n x G.
     """
     cells = int(np.ceil(np.pi * CELLS_PER_SD * np.sqrt(n)))
     edges = np.sin(np.linspace(0.0, np.pi / 2, cells + 1)) ** 2
@@ -68,14 +69,8 @@ def grid(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     pmf = np.exp(log_binom + k * np.log(p) + (n - k) * np.log1p(-p))  # (G-1, n+1)
     at_least = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1][:, 1:]  # P(Bin >= r), r = 1..n
     cdf = np.vstack([np.zeros(n), np.minimum(at_least, 1.0), np.ones(n)])  # P(U_(r) <= e_g)
-    weights = np.diff(cdf, axis=0)
-    inside = weights > 1e-15
-    first = np.argmax(inside, axis=0)
-    last = cells - 1 - np.argmax(inside[::-1], axis=0)
-    width = int((last - first).max()) + 1
-    index = np.minimum(first, cells - width)[:, None] + np.arange(width)  # (n, B)
-    band = weights[index, np.arange(n)[:, None]]
-    return edges, index, band
+    weights = np.diff(cdf, axis=0).T
+    return edges, sparse.csr_array(np.where(weights > 1e-15, weights, 0.0))
 
 
 def from_quantiles(values: np.ndarray, probs: np.ndarray, n: int) -> np.ndarray:
@@ -84,13 +79,13 @@ def from_quantiles(values: np.ndarray, probs: np.ndarray, n: int) -> np.ndarray:
     ``values`` sorted ascending, ``probs`` summing to 1. Q(u) = values[j] for u in
     (F_(j-1), F_j]; its cell means come from the piecewise-linear C(u) = integral_0^u Q.
     """
-    edges, index, band = grid(n)
+    edges, weights = grid(n)
     probs = probs / probs.sum()
     cdf = np.concatenate([[0.0], np.cumsum(probs)])
     cdf[-1] = 1.0
     area = np.concatenate([[0.0], np.cumsum(values * probs)])
     cell_mean = np.diff(np.interp(edges, cdf, area)) / np.diff(edges)
-    expected = np.einsum("rb,rb->r", band, cell_mean[index])
+    expected = weights @ cell_mean
     return np.maximum.accumulate(expected)  # monotone in r, up to rounding
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bdsgd.config import EMISSIONS
-from bdsgd.runtime_model.gaussian import Mixture, softplus, stack
+from bdsgd.runtime_model.gaussian import Mixture, stack
 
 MIN_X = 1e-4  # smallest normalised run-time a gaussian draw is clamped to
 
@@ -86,8 +86,8 @@ class Emitter(nn.Module):
         loc_w, loc_b, scale_w, scale_b = projected
         h = self.hidden(g)
         # g also enters linearly, so a load the training trace never had is still expressible
-        loc = torch.cat([h, g], -1) @ loc_w + loc_b
-        return loc, softplus(h @ scale_w + scale_b) + 1e-3
+        loc = F.linear(torch.cat([h, g], -1), loc_w.T, loc_b)  # the bias added in the product
+        return loc, F.softplus(F.linear(h, scale_w.T, scale_b)) + 1e-3
 
     def stall_probs(self):
         """(pi, pi_s, kappa): a long stall; a short one starts, goes on."""

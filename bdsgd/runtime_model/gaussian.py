@@ -15,12 +15,6 @@ LOG_2PI = math.log(2 * math.pi)
 EMITTER_PARTS, SHORT = 3, 2  # the emitter's parts (normal, long stall, short stall), the last's index
 
 
-def softplus(x: torch.Tensor) -> torch.Tensor:
-    """log(1 + e^x) as max(x, 0) + log(1 + e^-|x|): F.softplus's log1p is not vectorised on CPU,
-    which the S x n draws of a decision feel (benchmarks/bench_model.py)."""
-    return x.clamp_min(0) + (1 + (-x.abs()).exp()).log()
-
-
 def exponential(shape, generator=None) -> torch.Tensor:
     """Draws of Exp(1)."""
     return torch.empty(shape).exponential_(generator=generator)

@@ -76,9 +76,9 @@ def next_step(transition: Transition, emitter: Emitter, nodes: Nodes, params: St
     # normal draw.
     which = torch.rand(loc.shape, generator=generator)
     stall = params.stall
-    p_short = transition.stall_chain(stall.probs).predict(s.p_b).expand_as(which)
+    p_short = transition.stall_chain(stall.probs).predict(s.p_b)  # per worker, not per draw
     i, w = (which < p_short + (1 - p_short) * stall.probs[0]).nonzero(as_tuple=True)
-    u = which[i, w] / p_short[i, w]
+    u = which[i, w] / p_short.expand_as(which)[i, w]
     long_stall = stall.shift[1] + stall.var[1].sqrt() * torch.randn(u.shape, generator=generator)
     short_stall = stall.shift[SHORT] - (-u).log1p() / stall.rate
     v = var.sqrt_().mul_(torch.randn(loc.shape, generator=generator)).add_(loc).add_(mu_u)
