@@ -118,30 +118,35 @@ def kaplan_meier(times: np.ndarray, censored: np.ndarray,
 def kaplan_meier_sorted(events: np.ndarray, tau: np.ndarray,
                         count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``kaplan_meier`` of one worker per event at ``events`` (sorted ascending) and
-    ``count[j]`` workers known only to exceed ``tau[j]``, with the same values and probabilities
-    to the last bit at a fraction of its cost (a decision's window holds W n events and at most W
-    censorings).
+    ``count[j]`` workers known only to exceed ``tau[j]``: the same values, and the same
+    probabilities up to rounding, at a fraction of its cost (a decision's window holds W n events
+    and at most W censorings).
 
-    A censoring's factor is 1, so it leaves the running product as it is: only events enter it,
-    each at Y = (events at or after it) + (censored workers with tau >= it, events first at
-    ties). The censorings come back only in the tail: the mass left above the last event goes
-    to the largest censoring time when it is at or above the last event, as in ``kaplan_meier``.
+    A censoring's factor is 1, so between two censoring times the product runs over events
+    alone, each at Y = (events at or after it) + (censored workers with tau >= it, events first
+    at ties): Y falls by one an event, so the product telescopes and every event of the stretch
+    takes the same S_start / Y_start, and S leaves it at S_start (Y_start - k) / Y_start after
+    its k events. The work is per censoring, not per event. The censorings come back only in the
+    tail: the mass left above the last event goes to the largest censoring time when it is at
+    or above the last event, as in ``kaplan_meier``.
     """
     n_events = len(events)
-    # censored workers with tau >= event i: censoring j counts for the events below reach_j, so
-    # sum the counts by reach and accumulate from the top (O(events), no search per event)
-    reach = np.searchsorted(events, tau, "right")
-    by_reach = np.bincount(reach, weights=count, minlength=n_events + 1)
-    above = np.cumsum(by_reach[::-1])[::-1][1:]
-    at_risk = (n_events - np.arange(n_events)) + above
-    survival = np.cumprod((at_risk - 1.0) / at_risk)
-    probs = np.concatenate([[1.0], survival[:-1]]) - survival
-    if len(tau) and tau.max() >= events[-1]:
-        values = np.concatenate([events, [tau.max()]])
-        probs = np.concatenate([probs, [0.0 + survival[-1]]])
+    order = np.argsort(tau, kind="stable")
+    tau, count = tau[order], count[order]
+    # stretch j: the events above tau_(j-1) and at or below tau_j; the last, those above all
+    bounds = np.concatenate([[0], np.searchsorted(events, tau, "right"), [n_events]])
+    length = np.diff(bounds)
+    censored = np.concatenate([np.cumsum(count[::-1])[::-1], [0.0]])  # tau >= the stretch's
+    at_risk = np.maximum((n_events - bounds[:-1]) + censored, 1.0)  # Y_start (>= 1 with events)
+    left = np.cumprod((at_risk - length) / at_risk)  # S at each stretch's end
+    start = np.concatenate([[1.0], left[:-1]])
+    probs = np.repeat(start / at_risk, length)
+    if len(tau) and tau[-1] >= events[-1]:
+        values = np.concatenate([events, tau[-1:]])
+        probs = np.concatenate([probs, [0.0 + left[-1]]])
     else:
         values = events
-        probs[-1] += survival[-1]
+        probs[-1] += left[-1]
     keep = probs > 0
     return values[keep], probs[keep]
 

@@ -209,7 +209,10 @@ class PerWorkerLevel(Predictor):
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         self.alpha = alpha
         self.level: np.ndarray | None = None
-        self.residuals = np.zeros((window, n_workers))  # a ring buffer of the last W vectors
+        # a ring buffer of the last W vectors, in float32: a forecast sorts W x n draws, in half
+        # float64's time at thousands of workers, and 1e-7 of a log run-time is far below what
+        # the rule can tell apart
+        self.residuals = np.zeros((window, n_workers), dtype=np.float32)
         self.count = 0  # residual vectors seen
         self.ready = min(window, MIN_RESIDUALS)
         self.expected: np.ndarray | None = None  # the forecast, until the next observation
@@ -228,20 +231,18 @@ class PerWorkerLevel(Predictor):
         self.level = np.where(obs.observed, self.level + self.alpha * residual, target)
 
     def log_draws(self) -> np.ndarray | None:
-        """The bootstrap's W equally likely joint vectors of log run-times, m_t + e_s."""
+        """The bootstrap's W equally likely joint vectors of log run-times, m_t + e_s (float32,
+        a fresh array)."""
         if self.count < self.ready:
             return None
-        return self.level + self.residuals[: min(self.count, len(self.residuals))]
+        return self.level.astype(np.float32) + self.residuals[: min(self.count, len(self.residuals))]
 
     def expected_order_stats(self) -> np.ndarray | None:
         if self.expected is not None:
             return self.expected
         draws = self.log_draws()
         if draws is not None:
-            # in float32, exp and sort in place: half float64's time at thousands of workers,
-            # and 1e-7 of a run-time is far below what the rule can tell apart
-            draws = draws.astype(np.float32)
-            np.exp(draws, out=draws)
+            np.exp(draws, out=draws)  # a fresh array: exp and sort in place
             draws.sort(axis=1)
             self.expected = draws.mean(axis=0, dtype=np.float64)
         return self.expected
