@@ -177,13 +177,13 @@ def profile(n: int, iterations: int) -> None:
 
 
 def main() -> None:
-    keep_freed_memory()  # as every bdsgd entry point does: the allocator decisions are served by
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--profile", action="store_true",
                         help="only where bdsgd's eager decision goes, at 158 and 2,048 workers")
     add_option(parser)
     args = parser.parse_args()
+    keep_freed_memory()  # as every bdsgd entry point does: the allocator decisions are served by
     with recorded(args.results, __file__):
         if args.profile:
             torch.set_num_threads(1)
