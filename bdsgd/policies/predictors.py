@@ -209,9 +209,9 @@ class PerWorkerLevel(Predictor):
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         self.alpha = alpha
         self.level: np.ndarray | None = None
-        # a ring buffer of the last W vectors, in float32: a forecast sorts W x n draws, in half
-        # float64's time at thousands of workers, and 1e-7 of a log run-time is far below what
-        # the rule can tell apart
+        # a ring buffer of the last W vectors, in float32: a forecast sorts W x n draws, and
+        # float32 moves half the bytes; 1e-7 of a log run-time is far below what the rule can
+        # tell apart
         self.residuals = np.zeros((window, n_workers), dtype=np.float32)
         self.count = 0  # residual vectors seen
         self.ready = min(window, MIN_RESIDUALS)

@@ -48,8 +48,8 @@ def log_ndtr(z: torch.Tensor) -> torch.Tensor:
     gradients everywhere: log(erfc(-z / sqrt 2) / 2) above z = -10 (erfc keeps its relative
     precision down to z = -11), and below it the asymptotic series
     log Phi(z) = log phi(z) - log(-z) + log(1 - 1/z^2 + 3/z^4 - 15/z^6 + ...), whose next term is
-    below 1e-6 there. torch.special.log_ndtr computes the same through erfcx, several times slower
-    on CPU, which the filter's n x 18 components feel at thousands of workers. Each branch sees
+    below 1e-6 there. torch.special.log_ndtr computes the same through erfcx, whose CPU kernel
+    costs far more than erfc's, on each of the filter's n x 18 components. Each branch sees
     its argument clamped into its own range, so the one ``where`` discards has no inf to
     back-propagate."""
     low = z.clamp_max(ASYMPTOTIC_BELOW)

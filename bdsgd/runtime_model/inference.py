@@ -36,8 +36,8 @@ class InferenceNetwork(nn.Module):
 
     def summarise(self, h, y, censored, projected):
         """h_t = GRU(h_{t-1}, mean_w phi(y_w, c_w, e_w)); ``projected``: ``project(e)``."""
-        # the two per-iteration inputs through phi's first layer as one (n, 2) x (2, H) product:
-        # at thousands of workers, two broadcast products cost several times more
+        # the two per-iteration inputs through phi's first layer as one (n, 2) x (2, H) product,
+        # not two broadcast products that each write n x H numbers
         inputs = torch.stack([y, censored.to(y.dtype)], -1)
         first = projected + inputs @ self.phi[0].weight[:, :2].T
         return self.rnn(self.phi[1:](first).mean(-2), h)
