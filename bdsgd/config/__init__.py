@@ -107,7 +107,7 @@ class PoliciesConfig:
     rule: str
     rate_halflife: float
     min_gain: float
-    charge_lag: bool
+    charge_lag: bool | tuple[str, ...]  # every predictive policy, none, or these
     static_backups: float
     window: int
     explore_prob: float

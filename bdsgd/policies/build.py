@@ -209,9 +209,10 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics;
     # the paper's BDSGD has none
     min_gain = cfg.min_gain if need.learns and not need.paper else 0.0
+    charges = cfg.charge_lag if isinstance(cfg.charge_lag, bool) else name in cfg.charge_lag
     policy = PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife,
                               min_gain, objective, batch, lr_scaling,
-                              charge_lag=cfg.charge_lag and not need.paper)
+                              charge_lag=charges and not need.paper)
     return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
 

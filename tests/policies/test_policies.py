@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bdsgd.cluster.clock import SyncClock
 from bdsgd.cluster.cutoff import fixed_optimum, hindsight_optimum, myopic_optimum, observation, throughput
 from bdsgd.cluster.server import replay
-from bdsgd.config import default_config
+from bdsgd.config import default_config, from_dict
 from bdsgd.policies.base import Policy, PredictivePolicy, decide
 from bdsgd.policies.baselines import Scripted
 from bdsgd.policies.build import make_policy, warm_up
@@ -219,7 +219,23 @@ def test_the_lag_is_measured_from_late_starts_that_delay_the_cutoff():
     assert policy.lag == 0.0
     cfg = dataclasses.replace(CFG, charge_lag=True)
     assert build("bdsgd", 4, None, cfg=cfg).charge_lag
+    assert build("persist", 4, None, cfg=cfg).charge_lag
     assert not build("bdsgd-paper", 4, None, cfg=cfg).charge_lag
+
+
+def test_by_default_the_models_policies_and_bayes_charge_the_lag_and_the_baselines_do_not():
+    """policies.charge_lag's default list; a config's own list, and false, replace it."""
+    assert CFG.charge_lag == ("bdsgd", "bdsgd-model", "bayes")
+    assert build("bdsgd", 4, None, cfg=CFG).charge_lag
+    assert build("bdsgd-model", 4, None, cfg=CFG).charge_lag
+    assert not build("persist", 4, None, cfg=CFG).charge_lag
+    assert not build("ecdf", 4, None, cfg=CFG).charge_lag
+    listed = from_dict({"experiment": "t", "traces": {"t": {"source": "simulate"}},
+                        "train": {"trace": "t", "tasks": ["digits"]},
+                        "policies": {"charge_lag": ["persist"]}}).policies
+    assert build("persist", 4, None, cfg=listed).charge_lag
+    assert not build("bdsgd", 4, None, cfg=listed).charge_lag
+    assert not build("bdsgd", 4, None, cfg=dataclasses.replace(CFG, charge_lag=False)).charge_lag
 
 
 def test_the_learning_policies_get_the_margin_and_bayes_does_not():
