@@ -1,6 +1,8 @@
-"""bdsgd's decision latency as a user meets it: ``bdsgd throughput`` replaying a simulated trace
-with a model ``bdsgd model train`` wrote, the defaults throughout (learning while serving on), one
-torch thread; each n's p50 and p99 read from the JSON the command writes.
+"""bdsgd's decision latency as a user meets it, at 158 and 2,048 workers.
+
+``bdsgd throughput`` replays a simulated trace with a model ``bdsgd model train`` wrote, the
+defaults throughout (learning while serving on), one torch thread; each n's p50 and p99 are read
+from the JSON the command writes.
 
 The trace is the simulator's ``mixed`` scenario, n workers on nodes of 4 x ``--iterations``; the
 model trains on it for ``--epochs`` (a decision costs the same whatever the training made of the
@@ -54,10 +56,10 @@ def latency(n: int, iterations: int, epochs: int, tmp: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[158, 2048],
-                        help="workers of each trace")
+                        help="workers of each trace (default: 158 2048)")
     parser.add_argument("--iterations", type=int, default=300,
-                        help="iterations of each trace (training and replay)")
-    parser.add_argument("--epochs", type=int, default=1, help="training epochs of each model")
+                        help="iterations of each trace, training and replay (default: 300)")
+    parser.add_argument("--epochs", type=int, default=1, help="training epochs of each model (default: 1)")
     add_option(parser)
     args = parser.parse_args()
     with recorded(args.results, __file__):

@@ -48,7 +48,7 @@ from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import Predictor
 
 
-def log_score(expected: np.ndarray, obs: Observation, scale: float):
+def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float | np.ndarray:
     """l_k above, the log of the weight a forecast earns: minus the censored QLIKE loss per
     order statistic of what ``obs`` shows under the forecast ``expected`` (n,) = E[x_(1..n)], at
     error scale ``scale``; forecasts stacked (K, n) give the K scores of one observation."""

@@ -143,7 +143,7 @@ def kaplan_meier_sorted(events: np.ndarray, tau: np.ndarray,
     probs = np.repeat(start / at_risk, length)
     if len(tau) and tau[-1] >= events[-1]:
         values = np.concatenate([events, tau[-1:]])
-        probs = np.concatenate([probs, [0.0 + left[-1]]])
+        probs = np.concatenate([probs, left[-1:]])
     else:
         values = events
         probs[-1] += left[-1]
