@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 
 import torch
@@ -30,6 +31,11 @@ def select_device(name: str, local_rank: int = 0, source: str = "config") -> tor
     device = torch.device("cuda", local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     return device
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend calls ($CXX, else g++), if it is on PATH."""
+    return shutil.which(os.environ.get("CXX", "g++"))
 
 
 @contextlib.contextmanager

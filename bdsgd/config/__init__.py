@@ -122,7 +122,7 @@ class PoliciesConfig:
     online_window: int
     online_learning_rate: float
     bayes_samples: int
-    compile: bool
+    compile: bool | str  # true, false or auto
     decide_every: int
 
 

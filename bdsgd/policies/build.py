@@ -14,6 +14,7 @@ deep inside a policy.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from bdsgd.cluster.cutoff import observation
 from bdsgd.config import Config, PoliciesConfig, TrainConfig
+from bdsgd.devices import cpp_compiler
 from bdsgd.errors import UserError
 from bdsgd.layout import explored, policy_parts
 from bdsgd.policies import Spec, backups_of, spec, variant
@@ -28,6 +30,8 @@ from bdsgd.policies import Spec, backups_of, spec, variant
 if TYPE_CHECKING:
     from bdsgd.policies.base import Policy
     from bdsgd.traces.schema import Trace
+
+logger = logging.getLogger(__name__)
 
 
 def policy_spec(name: str, flag: str = "--policy"):
@@ -216,6 +220,26 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
 
+# policies.compile auto compiles the model's step for clusters of at least this many workers: a
+# compilation takes tens of seconds, small beside a run at that scale (docs/decisions.md)
+COMPILE_MIN_WORKERS = 64
+
+
+def compiles(setting: bool | str, n_workers: int) -> bool:
+    """Whether the run-time model's step is compiled under ``policies.compile`` ``setting``:
+    true or false as set; auto where the cluster has at least ``COMPILE_MIN_WORKERS`` workers
+    and torch.compile's C++ compiler is installed."""
+    if setting != "auto":
+        return bool(setting)
+    if n_workers < COMPILE_MIN_WORKERS:
+        return False
+    if cpp_compiler() is None:
+        logger.info("policies.compile auto: no C++ compiler ($CXX, else g++) on PATH, so the "
+                    "run-time model's step runs eager")
+        return False
+    return True
+
+
 def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model, truth,
                offset: int):
     """The predictor of predictive policy ``name`` (make_policy's arguments)."""
@@ -238,7 +262,7 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
 
     # Teng & Wood's model was trained once, offline: it does not learn while it serves
     every = 0 if spec(name).paper else cfg.online_every
-    predictor = ModelPredictor(model, seed=seed, compile=cfg.compile,
+    predictor = ModelPredictor(model, seed=seed, compile=compiles(cfg.compile, n_workers),
                                online=(every, cfg.online_window, cfg.online_learning_rate))
     if name in ("bdsgd-model", "bdsgd-paper"):
         return predictor

@@ -26,9 +26,9 @@ class ModelPredictor(Predictor):
     ``observe`` runs one filtering step on what the server saw (accepted run-times, and tau for
     the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them, with S
     at least ``samples`` (default: the model config's) and at least DRAW_BUDGET / n (``draw_count``).
-    ``compile``: the filtering step through torch.compile (fused kernels: a few times faster at
-    n = 158, where eager time is per-operation overhead; the first step compiles, ~30 s). The
-    draws stay eager: a seeded torch.Generator breaks the graph. ``online`` (every, window,
+    ``compile``: the filtering step and the draws through torch.compile (fused kernels: eager
+    time at a few hundred workers is per-operation overhead; the first decision compiles); the
+    draws' random numbers come from the seeded generator, outside. ``online`` (every, window,
     learning rate): the model goes on learning from what it observes (``OnlineFit``; every 0:
     it does not).
     """
@@ -42,6 +42,8 @@ class ModelPredictor(Predictor):
                        else None)
         model = self.model
         self.step = torch.compile(model.step, dynamic=False) if compile else model.step
+        self.forecast = (torch.compile(model.forecast, dynamic=False) if compile
+                         else model.forecast)
         self.samples = draw_count(samples or model.config.samples, model.n_workers)
         self.generator = torch.Generator().manual_seed(seed)
         self.impute = model.config.censoring == "impute"
@@ -75,8 +77,8 @@ class ModelPredictor(Predictor):
         until the next observation, so a forecast and the averaging's score of it read one
         sample."""
         if self.cached is None:
-            v = self.model.draws(self.state, self.samples, self.generator, self.params)
-            self.cached = self.model.emitter.unspace(v).mul_(self.model.scale_s)
+            noise = self.model.noise(self.samples, self.generator)
+            self.cached = self.forecast(self.state, noise, self.params)
         return self.cached
 
     def expected_order_stats(self) -> np.ndarray:

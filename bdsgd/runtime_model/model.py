@@ -24,7 +24,7 @@ from bdsgd.runtime_model.filtering import (
 from bdsgd.runtime_model.gaussian import Mixture, gaussian_entropy
 from bdsgd.runtime_model.inference import InferenceNetwork
 from bdsgd.runtime_model.parameters import StepParameters
-from bdsgd.runtime_model.sampling import next_step, sample_runtimes
+from bdsgd.runtime_model.sampling import Noise, draw_noise, next_step, sample_runtimes
 from bdsgd.runtime_model.transition import Nodes, Transition
 from bdsgd.traces.schema import Trace, from_arrays
 
@@ -133,11 +133,21 @@ class RuntimeModel(nn.Module):
         return predictive_mixture(self.emitter, self.nodes, params or self.step_parameters(), s,
                                   g)
 
+    def noise(self, samples: int, generator=None) -> Noise:
+        """The random numbers of S joint draws (``sampling.draw_noise``)."""
+        return draw_noise(samples, self.config.latent_dim, self.nodes, self.n_workers, generator)
+
     def draws(self, s: FilterState, samples: int, generator=None,
               params: StepParameters | None = None) -> torch.Tensor:
         """S joint draws (S, n) of v_{t+1} | x_{1:t} (``sampling.next_step``)."""
         return next_step(self.transition, self.emitter, self.nodes,
-                         params or self.step_parameters(), s, samples, generator)[0]
+                         params or self.step_parameters(), s, self.noise(samples, generator))[0]
+
+    def forecast(self, s: FilterState, noise: Noise, params: StepParameters) -> torch.Tensor:
+        """Joint draws (S, n) of x_{t+1} | x_{1:t} in seconds at ``noise`` (``noise``'s): a
+        function of tensors alone, which the policy's predictor may compile."""
+        v = next_step(self.transition, self.emitter, self.nodes, params, s, noise)[0]
+        return self.emitter.unspace(v) * self.scale_s
 
     @torch.no_grad()
     def sample_trace(self, iterations: int, seed: int) -> Trace:

@@ -12,9 +12,10 @@ import yaml
 
 from bdsgd.cli import main
 from bdsgd.config import default_config, from_dict
+from bdsgd.devices import cpp_compiler
 from bdsgd.errors import UserError
 from bdsgd.policies import is_known
-from bdsgd.policies.build import Inputs, build_policy
+from bdsgd.policies.build import COMPILE_MIN_WORKERS, Inputs, build_policy, compiles
 from bdsgd.runtime_model.checkpoint import checkpoint
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.traces.io import write_trace
@@ -120,3 +121,18 @@ def test_the_papers_bdsgd_reads_its_own_model_and_rule(files, tmp_path, capsys):
     assert (policy.rule, policy.min_gain) == ("ratio", 0.0) and cfg.policies.rule == "rate"
     ours = build_policy("bdsgd-model", cfg, seed=0, n_workers=N, inputs=Inputs(model=model))
     assert (ours.rule, ours.min_gain) == ("rate", cfg.policies.min_gain)
+
+
+def test_compile_auto_compiles_at_scale_where_a_compiler_is_installed(monkeypatch, tmp_path):
+    """policies.compile: true and false as set; auto only from COMPILE_MIN_WORKERS workers, and
+    only where $CXX (else g++) is on PATH, so that a machine without one runs eager."""
+    big = COMPILE_MIN_WORKERS
+    assert compiles(True, 8) and not compiles(False, 4096)
+    assert not compiles("auto", big - 1)
+    compiler = tmp_path / "c++"
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    assert cpp_compiler() == str(compiler) and compiles("auto", big)
+    monkeypatch.setenv("CXX", str(tmp_path / "missing"))
+    assert cpp_compiler() is None and not compiles("auto", big)

@@ -497,7 +497,8 @@ def test_jumps_are_shared_by_a_node(trained):
         with torch.no_grad():
             m.transition.jump_logit.fill_(math.log(0.2 / 0.8))
         params = m.step_parameters()
-        steps = step_variances(m.nodes, params, 20_000, torch.Generator().manual_seed(0))
+        jump = torch.rand((20_000, m.nodes.count), generator=torch.Generator().manual_seed(0))
+        steps = step_variances(m.nodes, params, jump)
         jumped = steps == params.step[1]
         assert float(jumped.float().mean()) == pytest.approx(0.2, abs=0.01)
         assert float((jumped[:, 0] & jumped[:, 1]).float().mean()) == pytest.approx(both, abs=0.01)
@@ -557,8 +558,9 @@ def test_a_short_stall_goes_on_as_often_as_kappa_says(trained):
 
 @pytest.mark.long  # torch.compile's first compilation, ~20 s cold: make test-long (CI runs it)
 def test_compiled_filter_forecasts_as_the_eager_one(trained):
-    """policies.compile: the filtering step through torch.compile gives the eager forecast (to
-    float rounding), also with deterministic algorithms enforced as the trainer does."""
+    """policies.compile: the filtering step and the draws through torch.compile give the eager
+    forecast (to float rounding: the draws' random numbers are the same seed's), also with
+    deterministic algorithms enforced as the trainer does."""
     model = load_model(trained)
     x = cluster(12, 8, seed=6)
     before = torch.get_deterministic_debug_mode()
@@ -616,8 +618,8 @@ def test_an_episode_slows_a_nodes_workers_by_one_size(trained):
         with torch.no_grad():
             m.transition.episode_log_var.fill_(math.log(0.04))
             params = m.step_parameters()
-            levels = m.nodes.spread(episode_levels(m.nodes, params, 20_000,
-                                                   torch.Generator().manual_seed(0))).numpy()
+            eps = torch.randn((20_000, m.nodes.count), generator=torch.Generator().manual_seed(0))
+            levels = m.nodes.spread(episode_levels(params, eps)).numpy()
         assert levels.mean(0) == pytest.approx(float(params.episode[0]), abs=0.01)
         assert levels.std(0) == pytest.approx(0.2, abs=0.01)
         mates = np.corrcoef(levels[:, 0], levels[:, 1])[0, 1]
