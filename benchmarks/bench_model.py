@@ -9,11 +9,12 @@ apart (``idle ms``: its cost per iteration), as the parameter server takes it wh
 compute (``Policy.idle``); a replay takes it in the decision, which adds it to the mean.
 Targets: p50 <= 1 ms at 158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the
 node-shared jump regime). Each n is timed eager and with the filtering step compiled
-(``policies.compile``; the compile time, once per process, is printed apart). For scale, the
+(``policies.compile``; the compile time, once per process as the policy is built, is printed
+apart). For scale, the
 same core's time for one mini-batch gradient of the CIFAR-10 network (batch 32) is measured side
 by side. Training is timed per epoch eager and compiled (``model.compile``: the median of epochs
-2-4, and the first, which compiles). ``--profile``: where bdsgd's eager decision goes instead,
-part by part, and how many torch calls each module makes in one decision.
+2-4, and the first, which compiles). ``--profile``: where bdsgd's decision goes instead, with
+the defaults, part by part, and eager, how many torch calls each module makes in one decision.
 
     .venv/bin/python benchmarks/bench_model.py [--quick] [--profile]
 """
@@ -35,7 +36,7 @@ from bdsgd.cluster.cutoff import observation
 from bdsgd.config import from_dict
 from bdsgd.entry import keep_freed_memory
 from bdsgd.policies import averaging
-from bdsgd.policies.build import make_policy
+from bdsgd.policies.build import compiles, make_policy
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.train import elbo_term, run_epoch
 from bdsgd.tasks import NETWORKS
@@ -50,11 +51,14 @@ LATENCY_POLICIES = ("bdsgd-model", "bdsgd")
 def decision_latency(policy: str, n: int, iterations: int,
                      compile: bool) -> tuple[np.ndarray, float, float]:
     """Seconds per decision of ``policy`` (observe + predict + decide, ``PredictivePolicy``)
-    over a replay of random run-times, the seconds of the first decision (which compiles), and
-    the mean seconds per iteration of the work it defers to the server's wait."""
+    over a replay of random run-times, the seconds of building it and its first decision (a
+    compiled predictor compiles when it is built), and the mean seconds per iteration of the
+    work it defers to the server's wait."""
     torch.manual_seed(0)
     model = RuntimeModel(CFG, n, node=np.arange(n) // 4)
+    built = time.perf_counter()
     chosen = make_policy(policy, n, dataclasses.replace(POLICIES, compile=compile), model=model)
+    built = time.perf_counter() - built
     x = np.exp(np.random.default_rng(0).normal(0, 0.3, (iterations + 10, n)))
     c, times, idle = n, [], []
     for t, row in enumerate(x):
@@ -66,7 +70,7 @@ def decision_latency(policy: str, n: int, iterations: int,
         chosen.idle()  # while the workers compute
         times.append(decided - start)
         idle.append(time.perf_counter() - decided)
-    return np.array(times[10:]), times[0], float(np.mean(idle[10:]))  # the first few warm up
+    return np.array(times[10:]), built + times[0], float(np.mean(idle[10:]))  # the first few warm up
 
 
 def gradient_time(repeats: int) -> float:
@@ -134,12 +138,14 @@ class _TorchCalls(TorchFunctionMode):
 
 
 def profile(n: int, iterations: int) -> None:
-    """bdsgd's eager decision at n workers (the defaults: learning while serving on) split into
-    its parts: the model's filtering step and draws, the sort of the draws, each simple
-    predictor's update and forecast, the averaging's scores, and the rest (the decision rule,
-    the bookkeeping); then the torch calls of one decision by module."""
+    """bdsgd's decision at n workers with the defaults (learning while serving on; compiled
+    where ``policies.compile`` auto compiles) split into its parts: the model's filtering step
+    and draws, the sort of the draws, each simple predictor's update and forecast, the
+    averaging's scores, and the rest (the decision rule, the bookkeeping); then, eager, the torch
+    calls of one decision by module."""
     torch.manual_seed(0)
     chosen = make_policy("bdsgd", n, POLICIES, model=RuntimeModel(CFG, n, node=np.arange(n) // 4))
+    compiled = compiles(POLICIES.compile, n)
     components = chosen.predictor.components
     timed = _Timed()
     timed.wrap(components["model"], "step", "model: filtering step")
@@ -166,9 +172,12 @@ def profile(n: int, iterations: int) -> None:
     parts["model: sort and mean of the draws"] = (parts.pop("model: forecast")
                                                   - parts["model: draws"])
     parts["the rest (rule, bookkeeping)"] = total - sum(parts.values())
-    print(f"bdsgd, n = {n}, eager, one core: {total / iterations * 1e3:.3f} ms a decision (mean)")
+    print(f"bdsgd, n = {n}, {'compiled' if compiled else 'eager'}, one core: "
+          f"{total / iterations * 1e3:.3f} ms a decision (mean)")
     for label, seconds in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"  {label:38s} {seconds / iterations * 1e3:7.3f} ms {seconds / total:6.1%}")
+    if compiled:  # a torch function mode would be traced into the compiled step
+        return
     with _TorchCalls() as calls:
         chosen.observe(observation(len(x), x[-1], c, 0.0))
         chosen.choose()
@@ -180,7 +189,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--profile", action="store_true",
-                        help="only where bdsgd's eager decision goes, at 158 and 2,048 workers")
+                        help="only where bdsgd's decision goes, with the defaults, at 158 and "
+                        "2,048 workers")
     add_option(parser)
     args = parser.parse_args()
     keep_freed_memory()  # as every bdsgd entry point does: the allocator decisions are served by

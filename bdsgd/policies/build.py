@@ -220,8 +220,8 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
 
-# policies.compile auto compiles the model's step for clusters of at least this many workers: a
-# compilation takes tens of seconds, small beside a run at that scale (docs/decisions.md)
+# policies.compile auto compiles the model's step for clusters of at least this many workers
+# (docs/decisions.md: where a compilation is small beside the run)
 COMPILE_MIN_WORKERS = 64
 
 

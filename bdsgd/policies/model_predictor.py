@@ -27,7 +27,8 @@ class ModelPredictor(Predictor):
     the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them, with S
     at least ``samples`` (default: the model config's) and at least DRAW_BUDGET / n (``draw_count``).
     ``compile``: the filtering step and the draws through torch.compile (fused kernels: eager
-    time at a few hundred workers is per-operation overhead; the first decision compiles); the
+    time at a few hundred workers is per-operation overhead; they compile here, not in the first
+    decision); the
     draws' random numbers come from the seeded generator, outside. ``online`` (every, window,
     learning rate): the model goes on learning from what it observes (``OnlineFit``; every 0:
     it does not).
@@ -50,6 +51,11 @@ class ModelPredictor(Predictor):
         with torch.inference_mode():
             self.state = model.initial_state(1)
             self.params = model.step_parameters()
+            if compile:  # compile now, not in the first decision (its draws from a spare stream)
+                x = torch.ones(1, model.n_workers)
+                self.step(self.state, x, x < 0, self.params)
+                self.forecast(self.state, model.noise(self.samples, torch.Generator()),
+                              self.params)
         self.cached: torch.Tensor | None = None  # this iteration's draws, once drawn
         self.expected: np.ndarray | None = None  # and their sorted mean
 
