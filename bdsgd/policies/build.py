@@ -258,13 +258,31 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
         return TruthPredictor(truth, offset, cfg.bayes_samples, seed)
     # torch: only when a model is used
     from bdsgd.policies.averaging import Averaged
-    from bdsgd.policies.model_predictor import ModelPredictor
 
     # Teng & Wood's model was trained once, offline: it does not learn while it serves
     every = 0 if spec(name).paper else cfg.online_every
-    predictor = ModelPredictor(model, seed=seed, compile=compiles(cfg.compile, n_workers),
-                               online=(every, cfg.online_window, cfg.online_learning_rate))
+    predictor = _model_predictor(model, n_workers, cfg, seed,
+                                 (every, cfg.online_window, cfg.online_learning_rate))
     if name in ("bdsgd-model", "bdsgd-paper"):
         return predictor
     simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
     return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)
+
+
+def _model_predictor(model, n_workers: int, cfg: PoliciesConfig, seed: int, online: tuple):
+    """The run-time model's predictor, compiled as ``policies.compile`` says (``compiles``).
+    A compilation that fails (a compiler without the headers it needs, say) is an error naming
+    the setting where it is true, and under auto leaves the step eager with a warning."""
+    from bdsgd.policies.model_predictor import ModelPredictor
+
+    if compiles(cfg.compile, n_workers):
+        try:
+            return ModelPredictor(model, seed=seed, compile=True, online=online)
+        except Exception as exc:  # torch.compile's failures share no class; eager is the retry
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if cfg.compile is True:
+                raise UserError("the config", "policies.compile", f"torch.compile failed "
+                                f"({why}); set it to auto or false to run eager") from None
+            logger.warning(f"policies.compile auto: torch.compile failed ({why}), so the "
+                           "run-time model's step runs eager")
+    return ModelPredictor(model, seed=seed, compile=False, online=online)

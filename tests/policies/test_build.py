@@ -3,6 +3,9 @@ the run is one line naming the file and the field, from every command that build
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +139,37 @@ def test_compile_auto_compiles_at_scale_where_a_compiler_is_installed(monkeypatc
     assert cpp_compiler() == str(compiler) and compiles("auto", big)
     monkeypatch.setenv("CXX", str(tmp_path / "missing"))
     assert cpp_compiler() is None and not compiles("auto", big)
+
+
+@pytest.mark.long  # two failing compilations in a fresh process, ~1 min: make test-long
+def test_a_compilation_that_fails_runs_eager_under_auto_and_is_an_error_under_true(tmp_path):
+    """A C++ compiler that is installed but cannot build (here one that fails every build, as one
+    without Python's headers does): auto warns and runs eager, true is a one-line error naming
+    policies.compile. In a fresh process with its own inductor cache, so nothing is reused."""
+    fake = tmp_path / "g++"
+    fake.write_text('#!/bin/sh\ncase "$1" in --version) echo "g++ (fake) 12"; exit 0;; esac\n'
+                    'echo "cannot build" >&2; exit 1\n')
+    fake.chmod(0o755)
+    script = f"""
+import dataclasses, logging
+from bdsgd.config import default_config
+from bdsgd.errors import UserError
+from bdsgd.policies.build import make_policy
+from bdsgd.runtime_model.model import RuntimeModel
+logging.basicConfig(level=logging.WARNING)
+cfg = default_config()
+model = RuntimeModel(cfg.model, {COMPILE_MIN_WORKERS})
+auto = make_policy("bdsgd-model", {COMPILE_MIN_WORKERS}, cfg.policies, model=model)
+print("step", auto.predictor.step == auto.predictor.model.step)
+try:
+    make_policy("bdsgd-model", {COMPILE_MIN_WORKERS},
+                dataclasses.replace(cfg.policies, compile=True), model=model)
+except UserError as exc:
+    print("error", exc.field)
+"""
+    env = {**os.environ, "CXX": str(fake), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["step True", "error policies.compile"]
+    assert "policies.compile auto: torch.compile failed (CppCompileError" in done.stderr
