@@ -34,7 +34,9 @@ def select_device(name: str, local_rank: int = 0, source: str = "config") -> tor
 
 
 def cpp_compiler() -> str | None:
-    """The C++ compiler torch.compile's CPU backend calls ($CXX, else g++), if it is on PATH."""
+    """The C++ compiler torch.compile's CPU backend calls on Linux ($CXX, else g++), if it is on
+    PATH. None also where $CXX holds arguments (``ccache g++``) or the platform's compiler is
+    another (clang++ on macOS): ``policies.compile`` auto then runs eager."""
     return shutil.which(os.environ.get("CXX", "g++"))
 
 

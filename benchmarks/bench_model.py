@@ -8,13 +8,13 @@ Every ``policies.online_every`` iterations the model's step of learning while se
 apart (``idle ms``: its cost per iteration), as the parameter server takes it while the workers
 compute (``Policy.idle``); a replay takes it in the decision, which adds it to the mean.
 Targets: p50 <= 1 ms at 158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the
-node-shared jump regime). Each n is timed eager and with the filtering step compiled
-(``policies.compile``; the compile time, once per process as the policy is built, is printed
-apart). For scale, the
-same core's time for one mini-batch gradient of the CIFAR-10 network (batch 32) is measured side
-by side. Training is timed per epoch eager and compiled (``model.compile``: the median of epochs
-2-4, and the first, which compiles). ``--profile``: where bdsgd's decision goes instead, with
-the defaults, part by part, and eager, how many torch calls each module makes in one decision.
+node-shared jump regime). Each n is timed eager and with the filtering step and the draws
+compiled (``policies.compile``; the time to build the policy, which compiles them, and its first
+decision is printed apart). For scale, the same core's time for one mini-batch gradient of the
+CIFAR-10 network (batch 32) is measured side by side. Training is timed per epoch eager and
+compiled (``model.compile``: the median of epochs 2-4, and the first, which compiles).
+``--profile``: where bdsgd's decision goes instead, with the defaults, part by part, and how many
+torch calls each module makes in one eager decision.
 
     .venv/bin/python benchmarks/bench_model.py [--quick] [--profile]
 """
@@ -141,8 +141,8 @@ def profile(n: int, iterations: int) -> None:
     """bdsgd's decision at n workers with the defaults (learning while serving on; compiled
     where ``policies.compile`` auto compiles) split into its parts: the model's filtering step
     and draws, the sort of the draws, each simple predictor's update and forecast, the
-    averaging's scores, and the rest (the decision rule, the bookkeeping); then, eager, the torch
-    calls of one decision by module."""
+    averaging's scores, and the rest (the decision rule, the bookkeeping); then the torch calls
+    of one eager decision by module (a torch function mode cannot see into a compiled step)."""
     torch.manual_seed(0)
     chosen = make_policy("bdsgd", n, POLICIES, model=RuntimeModel(CFG, n, node=np.arange(n) // 4))
     compiled = compiles(POLICIES.compile, n)
@@ -176,8 +176,9 @@ def profile(n: int, iterations: int) -> None:
           f"{total / iterations * 1e3:.3f} ms a decision (mean)")
     for label, seconds in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"  {label:38s} {seconds / iterations * 1e3:7.3f} ms {seconds / total:6.1%}")
-    if compiled:  # a torch function mode would be traced into the compiled step
-        return
+    if compiled:
+        chosen = make_policy("bdsgd", n, dataclasses.replace(POLICIES, compile=False),
+                             model=chosen.predictor.components["model"].model)
     with _TorchCalls() as calls:
         chosen.observe(observation(len(x), x[-1], c, 0.0))
         chosen.choose()
@@ -190,7 +191,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--profile", action="store_true",
                         help="only where bdsgd's decision goes, with the defaults, at 158 and "
-                        "2,048 workers")
+                        "2,048 workers, and the torch calls of an eager one")
     add_option(parser)
     args = parser.parse_args()
     keep_freed_memory()  # as every bdsgd entry point does: the allocator decisions are served by

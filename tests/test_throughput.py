@@ -93,7 +93,7 @@ def test_bdsgd_and_bayes_take_their_inputs(tmp_path, monkeypatch):
     checkpoint = types.SimpleNamespace(load_model=lambda path: model)
     monkeypatch.setitem(sys.modules, "bdsgd.runtime_model.checkpoint", checkpoint)
 
-    def predictor(given, seed, compile, online):
+    def predictor(given, seed, online):
         assert given is model
         return LastIteration()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -68,7 +69,9 @@ def launch(job: Job) -> dict:
     # here, not one from each of the n + 1 processes
     load_task(job.task, cfg.training().data_dir)
     select_device(cfg.training().device, 0, cfg.source)
-    build_policy(job.policy, cfg, seed=job.seed, n_workers=job.workers, comm=0.0, real=True,
+    # (eager: the server's own policy compiles where the config says; this one is a check)
+    checked = dataclasses.replace(cfg, policies=dataclasses.replace(cfg.policies, compile=False))
+    build_policy(job.policy, checked, seed=job.seed, n_workers=job.workers, comm=0.0, real=True,
                  inputs=load_inputs([job.policy], "<distributed>", job.model, job.paper_model))
     port, world = _free_port(), job.workers + 1
     cmd = [sys.executable, "-m", "bdsgd.distributed.launch", "--job", job.to_json()]

@@ -269,20 +269,28 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
     return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)
 
 
+# why torch.compile failed in this process, once it has: auto does not try it again
+_compile_failure: list[str] = []
+
+
 def _model_predictor(model, n_workers: int, cfg: PoliciesConfig, seed: int, online: tuple):
     """The run-time model's predictor, compiled as ``policies.compile`` says (``compiles``).
     A compilation that fails (a compiler without the headers it needs, say) is an error naming
-    the setting where it is true, and under auto leaves the step eager with a warning."""
+    the setting where it is true; under auto the step stays eager, with a warning, for the rest
+    of the process."""
     from bdsgd.policies.model_predictor import ModelPredictor
 
-    if compiles(cfg.compile, n_workers):
-        try:
-            return ModelPredictor(model, seed=seed, compile=True, online=online)
-        except Exception as exc:  # torch.compile's failures share no class; eager is the retry
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            if cfg.compile is True:
-                raise UserError("the config", "policies.compile", f"torch.compile failed "
-                                f"({why}); set it to auto or false to run eager") from None
-            logger.warning(f"policies.compile auto: torch.compile failed ({why}), so the "
-                           "run-time model's step runs eager")
-    return ModelPredictor(model, seed=seed, compile=False, online=online)
+    predictor = ModelPredictor(model, seed=seed, online=online)
+    if not compiles(cfg.compile, n_workers) or cfg.compile == "auto" and _compile_failure:
+        return predictor
+    try:
+        predictor.compile()
+    except Exception as exc:  # torch.compile's failures share no class; eager is the retry
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if cfg.compile is True:
+            raise UserError("the config", "policies.compile", f"torch.compile failed ({why}); "
+                            "set it to auto or false to run eager") from None
+        _compile_failure.append(why)
+        logger.warning(f"policies.compile auto: torch.compile failed ({why}), so the run-time "
+                       "model's step runs eager")
+    return predictor

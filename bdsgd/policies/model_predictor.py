@@ -26,38 +26,41 @@ class ModelPredictor(Predictor):
     ``observe`` runs one filtering step on what the server saw (accepted run-times, and tau for
     the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them, with S
     at least ``samples`` (default: the model config's) and at least DRAW_BUDGET / n (``draw_count``).
-    ``compile``: the filtering step and the draws through torch.compile (fused kernels: eager
-    time at a few hundred workers is per-operation overhead; they compile here, not in the first
-    decision); the
-    draws' random numbers come from the seeded generator, outside. ``online`` (every, window,
-    learning rate): the model goes on learning from what it observes (``OnlineFit``; every 0:
-    it does not).
+    ``online`` (every, window, learning rate): the model goes on learning from what it observes
+    (``OnlineFit``; every 0: it does not). ``compile`` puts the filtering step and the draws
+    through torch.compile.
     """
 
     def __init__(self, model: RuntimeModel, samples: int | None = None, seed: int = 0,
-                 compile: bool = False, online: tuple[int, int, float] = (0, 2, 0.0)):
+                 online: tuple[int, int, float] = (0, 2, 0.0)):
         every, window, learning_rate = online
         # a model that learns while serving is this predictor's own: others read the same file
         self.model = (copy.deepcopy(model) if every else model).eval()
         self.online = (OnlineFit(self.model, every, window, learning_rate, seed) if every
                        else None)
         model = self.model
-        self.step = torch.compile(model.step, dynamic=False) if compile else model.step
-        self.forecast = (torch.compile(model.forecast, dynamic=False) if compile
-                         else model.forecast)
+        self.step, self.forecast = model.step, model.forecast  # eager until ``compile``
         self.samples = draw_count(samples or model.config.samples, model.n_workers)
         self.generator = torch.Generator().manual_seed(seed)
         self.impute = model.config.censoring == "impute"
         with torch.inference_mode():
             self.state = model.initial_state(1)
             self.params = model.step_parameters()
-            if compile:  # compile now, not in the first decision (its draws from a spare stream)
-                x = torch.ones(1, model.n_workers)
-                self.step(self.state, x, x < 0, self.params)
-                self.forecast(self.state, model.noise(self.samples, torch.Generator()),
-                              self.params)
         self.cached: torch.Tensor | None = None  # this iteration's draws, once drawn
         self.expected: np.ndarray | None = None  # and their sorted mean
+
+    def compile(self) -> None:
+        """The filtering step and the draws through torch.compile: a few fused kernels, where
+        eager time at a few hundred workers is per-operation overhead. Each runs once here, on
+        a throwaway observation and random numbers from a spare generator, so that the first
+        decision does not compile; if that fails, the error propagates and both stay eager."""
+        step = torch.compile(self.model.step, dynamic=False)
+        forecast = torch.compile(self.model.forecast, dynamic=False)
+        with torch.inference_mode():
+            x = torch.ones(1, self.model.n_workers)
+            step(self.state, x, x < 0, self.params)
+            forecast(self.state, self.model.noise(self.samples, torch.Generator()), self.params)
+        self.step, self.forecast = step, forecast
 
     @torch.inference_mode()
     def observe(self, obs: Observation) -> None:
@@ -79,7 +82,7 @@ class ModelPredictor(Predictor):
 
     @torch.inference_mode()
     def draws(self) -> torch.Tensor:
-        """S joint draws of x_{t+1} (S, n), in seconds (``RuntimeModel.draws``); the same draws
+        """S joint draws of x_{t+1} (S, n), in seconds (``RuntimeModel.forecast``); the same draws
         until the next observation, so a forecast and the averaging's score of it read one
         sample."""
         if self.cached is None:

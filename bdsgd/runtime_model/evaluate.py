@@ -41,7 +41,8 @@ def forecast_metrics(model: RuntimeModel, trace: Trace, samples: int,
         mix = model.predictive(state, samples, gen, params)  # (components, S, n)
         joint = model.log_likelihood(mix, x_all[t], no_censoring, params)  # (S,)
         loglik.append(float(torch.logsumexp(joint, 0)) - math.log(samples))
-        draws = model.emitter.unspace(model.draws(state, samples, gen, params)).sort(dim=-1).values
+        v = model.draws(state, model.noise(samples, gen), params)
+        draws = model.emitter.unspace(v).sort(dim=-1).values
         q = torch.quantile(draws, torch.tensor([0.05, 0.25, 0.75, 0.95]), dim=0)
         for out, row in zip((lo90, lo50, hi50, hi90), q, strict=True):
             out.append(row.numpy())

@@ -137,17 +137,17 @@ class RuntimeModel(nn.Module):
         """The random numbers of S joint draws (``sampling.draw_noise``)."""
         return draw_noise(samples, self.config.latent_dim, self.nodes, self.n_workers, generator)
 
-    def draws(self, s: FilterState, samples: int, generator=None,
+    def draws(self, s: FilterState, noise: Noise,
               params: StepParameters | None = None) -> torch.Tensor:
-        """S joint draws (S, n) of v_{t+1} | x_{1:t} (``sampling.next_step``)."""
+        """Joint draws (S, n) of v_{t+1} | x_{1:t} at ``noise`` (``RuntimeModel.noise``'s, S
+        rows; ``sampling.next_step``)."""
         return next_step(self.transition, self.emitter, self.nodes,
-                         params or self.step_parameters(), s, self.noise(samples, generator))[0]
+                         params or self.step_parameters(), s, noise)[0]
 
     def forecast(self, s: FilterState, noise: Noise, params: StepParameters) -> torch.Tensor:
-        """Joint draws (S, n) of x_{t+1} | x_{1:t} in seconds at ``noise`` (``noise``'s): a
-        function of tensors alone, which the policy's predictor may compile."""
-        v = next_step(self.transition, self.emitter, self.nodes, params, s, noise)[0]
-        return self.emitter.unspace(v) * self.scale_s
+        """``draws`` as run-times x_{t+1} in seconds: a function of tensors alone, which the
+        policy's predictor may compile."""
+        return self.emitter.unspace(self.draws(s, noise, params)) * self.scale_s
 
     @torch.no_grad()
     def sample_trace(self, iterations: int, seed: int) -> Trace:

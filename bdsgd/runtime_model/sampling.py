@@ -1,5 +1,5 @@
 """The generative next step, written once: the bdsgd policy's predictive draws
-(``RuntimeModel.draws``) and ancestral sampling of a synthetic trace (``sample_runtimes``).
+(``RuntimeModel.draws`` and ``forecast``) and ancestral sampling of a synthetic trace (``sample_runtimes``).
 
 Given q(z_t) (a filter's posterior, or a point mass at a sampled z_t), one step draws
 g_{t+1} ~ N(A mu^g_t + b, diag(A Sigma^g_t A^T) + q_g), u's step variance (J per node, R per
@@ -71,11 +71,11 @@ def next_step(transition: Transition, emitter: Emitter, nodes: Nodes, params: St
     variances, indicators for P(C) and P(B)).
 
     A forecast (not ``ancestral``) leaves a fresh reset at t+1 out. It moves E[x_(c)] by about
-    its probability, n p_r (0.2 % at n = 16), but drawn, it puts a 7x-50x outlier into some of
-    the S draws: the estimate of E[x_(n)] then jumps by 5-100 % at random, and bdsgd cut a worker
-    for nothing in 5 % of a calm cluster's iterations. The reset stays in the filter, whose
-    posterior is what follows a change larger than training had, and in a sampled trace, which
-    draws u_{t+1} apart from the emitter's noise to carry it on.
+    its probability, n p_r, but drawn, it puts a rare outlier into a few of the S draws, and the
+    estimate of E[x_(n)] then jumps at random: a worker cut for nothing (docs/decisions.md, "No
+    fresh reset in the decision's draws"). The reset stays in the filter, whose posterior is what
+    follows a change larger than training had, and in a sampled trace, which draws u_{t+1} apart
+    from the emitter's noise to carry it on.
     """
     K, n = nodes.count, s.mu_u.shape[-1]
     jump, on, which, *reset = noise.uniform.split([K, K, n, n][:4 if ancestral else 3], -1)
@@ -94,14 +94,15 @@ def next_step(transition: Transition, emitter: Emitter, nodes: Nodes, params: St
     c = (on < transition.episode_chain(params.switch).predict(s.p_c)).float()
     # The emitter's part from one uniform: a short stall with P(B_{t+1} = 1), else a long one
     # with probability pi. For a short stall which / P(B = 1) is a fresh uniform on [0, 1),
-    # whose -log(1 - u) is its Exp(1) length (not -log u: torch.rand returns exactly 0 once in
-    # 2^24, and -log 0 made a stall of 10^2-10^4 x that forecast a cut for nothing). A long
-    # stall's shift is Gaussian, so it joins v's Gaussian: one normal per draw serves both.
+    # whose -log(1 - u) is its Exp(1) length (not -log u: torch.rand can return exactly 0, and
+    # -log 0 is an endless stall that forecasts a cut for nothing). A long stall's shift is
+    # Gaussian, so it joins v's Gaussian: one normal per draw serves both.
     stall = params.stall
     p_short = transition.stall_chain(stall.probs).predict(s.p_b)
     short = which < p_short
     long = ~short & (which < p_short + (1 - p_short) * stall.probs[0])
-    length = stall.shift[SHORT] - (-which / p_short).log1p() / stall.rate
+    u = torch.where(short, which / p_short, 0.0)  # 0 off a short stall: log1p stays finite
+    length = stall.shift[SHORT] - (-u).log1p() / stall.rate
     v = ((var + long * stall.var[1]).sqrt() * z_v + loc + mu_u + long * stall.shift[1]
          + torch.where(short, length, 0.0) + nodes.spread(c * episode_levels(params, eps)))
     if not ancestral:

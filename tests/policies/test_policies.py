@@ -29,7 +29,7 @@ class FakeModel:
 @pytest.fixture(autouse=True)
 def fake_model_predictor(monkeypatch):
     monkeypatch.setattr("bdsgd.policies.model_predictor.ModelPredictor",
-                        lambda model, seed, compile, online: LastIteration())
+                        lambda model, seed, online: LastIteration())
 
 
 CAUSAL = ["sync", "static", "elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd", "bdsgd-model",
