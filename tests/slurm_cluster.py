@@ -161,8 +161,25 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 alive.append(daemon)
         return alive
 
+    def cancel_jobs(self, timeout_s: float = 60) -> None:
+        """Cancel the jobs still in the queue and wait for them to leave it: a job's processes
+        (its slurmstepd and what that runs) would outlive the daemons, and train on."""
+        def queued() -> str:
+            return subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True,
+                                  text=True, env=self.env).stdout.strip()
+
+        if not queued():
+            return
+        subprocess.run(["scancel", f"--user={getpass.getuser()}"], env=self.env)
+        deadline = time.monotonic() + timeout_s
+        while queued() and time.monotonic() < deadline:
+            time.sleep(1)
+
     def stop(self, timeout_s: float = 30) -> None:
-        """SIGTERM each daemon by its pid file (slurmd first), then wait for it to exit."""
+        """Cancel the jobs left (``cancel_jobs``, with the controller alive), then SIGTERM each
+        daemon by its pid file (slurmd first) and wait for it to exit."""
+        if "slurmctld" in self.running():
+            self.cancel_jobs()
         for daemon in reversed(DAEMONS):
             pid_file = self.pid_files()[daemon]
             if not pid_file.exists():
@@ -320,38 +337,60 @@ def run_on_slurm(workdir: Path, config: Path, env: dict[str, str] | None = None)
 
 
 # ------------------------------------------------------ a convergence run past its time limit
-# One convergence run of the tiny config (static: no run-time model to train first) that needs
-# about 240 s on one core here, a union batch of 1200 digits an iteration, against a time limit of
-# one minute (SLURM's shortest): no single job finishes it, on a machine twice as fast neither
-# (the warning reaches a job 29 to 59 s in). Test evaluations and checkpoints every 2000
-# iterations, and a checkpoint when it stops.
-LONG_RUN = {"policies": ["static"], "batch_size": 200, "max_iterations": 60_000,
-            "eval_every": 2000, "checkpoint_every": 2000}
+# One convergence run of the tiny config (static: no run-time model to train first), a union batch
+# of 1200 digits an iteration, against a time limit of one minute (SLURM's shortest). Its length
+# is set by this machine's speed (``long_run_iterations``): RUN_S seconds of training, more than
+# a job can give it before the warning (at most 59 s in) however fast the machine, and a few jobs
+# where starting one takes half of its minute (a fixed number of iterations is dozens of jobs on
+# a slow core). Test evaluations and checkpoints every 2000 iterations, and a checkpoint when it
+# stops.
+LONG_RUN = {"policies": ["static"], "batch_size": 200, "eval_every": 2000,
+            "checkpoint_every": 2000}
+RUN_S = 120
 # The profiles' warning (180 s before the limit) is longer than the whole minute: SLURM would
 # send it at the job's start, before bdsgd listens. The test asks for 1 s, which SLURM's checks
 # (every 30 s) make 1 to 31 s: 29 to 59 s into the job, bdsgd started (on a loaded machine a job
 # may be warned before: it stops with no checkpoint, and the next resumes from the one before).
 WARNING_S = 1
-# Snakemake's limit for the run: a dozen jobs of at most ~90 s each, both profiles at once on a
-# 2-core machine, where a job warned early resumes from the checkpoint before; the retries'
-# bound far above
+# Snakemake's limit for the run: jobs of at most ~90 s each, both profiles at once on a 2-core
+# machine, where a job warned early resumes from the checkpoint before; the retries' bound far
+# above
 LONG_RUN_S = 2700
 
 
-def time_limit_config(path: Path) -> Path:
-    """The tiny config with LONG_RUN as its only convergence run, a one-minute time limit and
-    the memory requests of ``for_slurm``, written to ``path``; no pilot (it would train sync at
-    LONG_RUN's length three times before the run)."""
+def time_limit_config(path: Path, iterations: int) -> Path:
+    """The tiny config with LONG_RUN of ``iterations`` as its only convergence run, a one-minute
+    time limit and the memory requests of ``for_slurm``, written to ``path``; no pilot (it would
+    train sync at LONG_RUN's length three times before the run)."""
     import yaml
 
     from tests.helpers import tiny_config
 
     cfg = tiny_config()
-    cfg["train"].update(LONG_RUN)
+    cfg["train"].update(LONG_RUN, max_iterations=iterations)
     cfg["pilot"] = {"enabled": False}
     cfg["resources"] = {**dict.fromkeys(MEM_KEYS, 1000), "train_runtime_min": 1}
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def long_run_iterations(workdir: Path, env: dict[str, str] | None = None) -> int:
+    """The iterations of LONG_RUN that take about RUN_S seconds on this machine, in whole
+    checkpoint periods: a run of one period made locally in ``workdir``, timed by its own
+    wall-clock (its result's, preparing the data and model included, so a slight overestimate
+    of an iteration's time)."""
+    import json
+
+    from bdsgd.layout import Layout
+    from tests.helpers import run_dag
+
+    period = LONG_RUN["checkpoint_every"]
+    workdir.mkdir(parents=True)
+    run = Layout.of("tiny").run_dir("sim", "digits", "static", 0)
+    run_dag(workdir, time_limit_config(workdir / "config.yaml", period), env,
+            targets=[f"{run}/metrics.parquet"])
+    seconds = json.loads((workdir / run / "result.json").read_text())["wallclock"]["seconds"]
+    return period * max(2, round(RUN_S / seconds))
 
 
 def warning_at(profile: str, seconds: int) -> str:
@@ -367,18 +406,20 @@ def warning_at(profile: str, seconds: int) -> str:
 
 
 def run_past_time_limit(workdir: Path, env: dict[str, str] | None = None) -> dict:
-    """LONG_RUN on this machine with Snakemake alone (the reference, in ``workdir/local``), then
-    through each of PROFILES (``run_profiles``), warned WARNING_S before its limit: what
-    ``run_profiles`` returns, with ``run``, the run's folder under each working directory, and
-    ``reference``, the local one's working directory."""
+    """LONG_RUN, of ``long_run_iterations`` (in ``workdir/calibrate``), on this machine with
+    Snakemake alone (the reference, in ``workdir/local``), then through each of PROFILES
+    (``run_profiles``), warned WARNING_S before its limit: what ``run_profiles`` returns, with
+    ``run``, the run's folder under each working directory, ``reference``, the local one's
+    working directory, and ``iterations``."""
     from bdsgd.layout import Layout
     from tests.helpers import run_dag
 
     workdir.mkdir(parents=True, exist_ok=True)
-    config = time_limit_config(workdir / "config.yaml")
+    iterations = long_run_iterations(workdir / "calibrate", env)
+    config = time_limit_config(workdir / "config.yaml", iterations)
     run = Layout.of("tiny").run_dir("sim", "digits", "static", 0)
     targets = [f"{run}/metrics.parquet"]
     run_dag(workdir / "local", config, env, targets=targets)
     runs = run_profiles(workdir, config, env, targets=targets, timeout=LONG_RUN_S,
                         args=lambda profile: ("--set-resources", warning_at(profile, WARNING_S)))
-    return {**runs, "run": run, "reference": workdir / "local"}
+    return {**runs, "run": run, "reference": workdir / "local", "iterations": iterations}
