@@ -212,9 +212,12 @@ class Replays:
         return self.replayed(name, r, self.cluster, every)[0]
 
     def row(self, name: str, rule: str | None, threads: int) -> dict:
-        """A policy's row of the table; explore-<p>'s with what exploring cost against p."""
+        """A policy's row of the table; explore-<p>'s with what exploring cost against p; a
+        policy that probes, the share of iterations it waited for every worker to learn from."""
         result, policy = self.run(name, rule)
         out = _row(result, self.oracle_rate, rule, threads)
+        if getattr(policy, "probe", False):
+            out["probed_fraction"] = policy.probes / self.trace.n_iterations
         if explored(name) is not None:
             inner, _ = self.run(explored(name), rule)
             out["explored_fraction"] = policy.explored / self.trace.n_iterations

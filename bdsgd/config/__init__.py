@@ -108,6 +108,7 @@ class PoliciesConfig:
     rate_halflife: float
     min_gain: float
     charge_lag: bool | tuple[str, ...]  # every predictive policy, none, or these
+    probe: bool
     static_backups: float
     window: int
     explore_prob: float

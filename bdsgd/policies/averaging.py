@@ -46,6 +46,7 @@ import numpy as np
 
 from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import Predictor
+from bdsgd.policies.probe import Hypotheses
 
 
 def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float | np.ndarray:
@@ -75,6 +76,7 @@ class Averaged(Predictor):
             raise ValueError(f"scale must be positive, got {scale}")
         self.components, self.forgetting, self.scale = components, forgetting, scale
         self.log_w = dict.fromkeys(components, 0.0)
+        self.ready: dict[str, np.ndarray] | None = None  # this iteration's forecasts
 
     @property
     def weights(self) -> dict[str, float]:
@@ -88,21 +90,41 @@ class Averaged(Predictor):
 
     def observe(self, obs: Observation) -> None:
         # score each forecast made before this observation, then let the components learn from it
-        forecasts = {name: c.expected_order_stats() for name, c in self.components.items()}
-        if all(f is not None for f in forecasts.values()):
+        forecasts = self._ready()
+        if len(forecasts) == len(self.components):
             scores = log_score(np.array(list(forecasts.values())), obs, self.scale)
             for name, score in zip(forecasts, scores, strict=True):
                 self.log_w[name] = self.forgetting * self.log_w[name] + float(score)
         for component in self.components.values():
             component.observe(obs)
+        self.ready = None
 
     def idle(self) -> None:
         for component in self.components.values():
             component.idle()
 
     def expected_order_stats(self) -> np.ndarray | None:
-        ready = {k: e for k, c in self.components.items()
-                 if (e := c.expected_order_stats()) is not None}
+        ready = self._ready()
         if not ready:
             return None
         return self._normalised(ready) @ np.array(list(ready.values()))
+
+    def _ready(self) -> dict[str, np.ndarray]:
+        """The forecasts of the components that predict now, by name (asked once an
+        iteration)."""
+        if self.ready is None:
+            self.ready = {k: e for k, c in self.components.items()
+                          if (e := c.expected_order_stats()) is not None}
+        return self.ready
+
+    def hypotheses(self) -> Hypotheses | None:
+        """The hypotheses of the one component with a latent state a wait reveals (the run-time
+        model), each forecast averaged with the other components' at the current weights: they
+        forecast the same under every hypothesis."""
+        ready = self._ready()
+        found = [(k, h) for k in ready if (h := self.components[k].hypotheses()) is not None]
+        if len(found) != 1:
+            return None
+        (name, hyp), w = found[0], dict(zip(ready, self._normalised(ready), strict=True))
+        rest = sum(w[k] * e for k, e in ready.items() if k != name)
+        return hyp.mixed(rest, w[name])

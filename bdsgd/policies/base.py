@@ -18,6 +18,7 @@ import numpy as np
 from bdsgd.cluster.cutoff import Observation
 from bdsgd.cluster.network import durations
 from bdsgd.policies import RULES
+from bdsgd.policies.probe import Hypotheses, horizon, probe_value
 from bdsgd.policies.progress import OBJECTIVES, GradientNoise, worth
 
 # Worker-draws per decision a Monte Carlo predictor affords at least, S = max(samples,
@@ -112,10 +113,22 @@ class Predictor:
     def idle(self) -> None:
         """Work deferred to when the server waits (``Policy.idle``)."""
 
+    def hypotheses(self) -> Hypotheses | None:
+        """What waiting for every worker would reveal about the workers cut last
+        (``bdsgd.policies.probe``); None: nothing this predictor would learn from it."""
+        return None
+
 
 def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_gain: float = 0.0,
            worth: np.ndarray | None = None, lag: float = 0.0) -> int:
-    """Turn predicted order statistics into a cutoff. ``comm`` is the cluster's network
+    """argmax_c of ``scores``: the cutoff the rule picks."""
+    return int(np.argmax(scores(expected, rule, rate, comm, min_gain, worth, lag))) + 1
+
+
+def scores(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_gain: float = 0.0,
+           worth: np.ndarray | None = None, lag: float = 0.0) -> np.ndarray:
+    """Each cutoff's score (..., n) under predicted order statistics (..., n), whose argmax the
+    rule picks (``decide``). ``comm`` is the cluster's network
     (``bdsgd.cluster.network.durations``): D(c), when an iteration that waits for c gradients
     ends, is taken at the forecast arrivals E[x_(1..n)], so the communication a cut saves follows
     how spread out the forecast arrivals are.
@@ -131,7 +144,8 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_ga
     it discards. Both rules are otherwise myopic and take the forecast at its word, and a learnt
     forecast's errors do not cancel here: the argmax picks the cutoffs whose gain it overstates
     (the optimiser's curse), and a cut worker is censored, so the forecast learns least about
-    the workers it cut (a worker believed slow stays cut after it recovered).
+    the workers it cut (a worker believed slow stays cut after it recovered: the probe's case,
+    ``PredictivePolicy``).
 
     ``worth`` (n,) puts what cutoff c is worth in place of c itself (the progress objective,
     ``bdsgd.policies.progress``): counted = worth - delta (worth(n) - worth), and lambda_hat is
@@ -141,7 +155,7 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_ga
     (``PredictivePolicy``: where cut workers finish their gradient): D(c) counts as
     D(c) + kappa (n - c).
     """
-    n = len(expected)
+    n = np.shape(expected)[-1]
     if worth is None:
         c = np.arange(1, n + 1)
         counted = c - min_gain * (n - c)
@@ -157,7 +171,7 @@ def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_ga
         score = counted / cost
     else:
         raise ValueError(f"unknown decision rule {rule!r}")
-    return int(np.argmax(score)) + 1
+    return score
 
 
 
@@ -184,12 +198,17 @@ class PredictivePolicy(Policy):
     iteration's delay is its cutoff time beyond the accepted workers' own run-times (the late
     starts of workers cut before, ``bdsgd.cluster.clock``) and its cuts the workers the iteration
     before cut; ``decide`` charges each cut worker kappa.
+
+    ``probe``: where the rule would cut, wait for every worker instead when learning the cut
+    workers' state is worth more than the wait costs (``bdsgd.policies.probe``; ``probes``
+    counts those waits). A predictor without ``hypotheses`` never probes.
     """
 
     def __init__(self, name: str, predictor: Predictor, rule: str, comm: float | np.ndarray,
                  n_workers: int,
                  halflife: float = 100.0, min_gain: float = 0.0, objective: str = "throughput",
-                 batch: int = 1, lr_scaling: str = "linear", charge_lag: bool = False):
+                 batch: int = 1, lr_scaling: str = "linear", charge_lag: bool = False,
+                 probe: bool = False):
         if rule not in RULES:
             raise ValueError(f"unknown decision rule {rule!r}; choose from {RULES}")
         if objective not in OBJECTIVES:
@@ -207,6 +226,7 @@ class PredictivePolicy(Policy):
         self.charge_lag = charge_lag
         self.lag_s, self.cuts = 0.0, 0.0  # exponentially weighted: late starts' delay, cuts
         self.cut: int | None = None  # workers the previous iteration cut
+        self.probe, self.probes = probe, 0
 
     @property
     def rate(self) -> float | None:
@@ -232,8 +252,35 @@ class PredictivePolicy(Policy):
         self.expected = expected = self.predictor.expected_order_stats()
         if expected is None:
             return self.n
-        return decide(expected, self.rule, self.rate, self.comm, self.min_gain,
-                      self.worth(np.arange(1, self.n + 1)), self.lag)
+        c = int(np.argmax(self.scores(expected))) + 1
+        if c < self.n and self.probe and self.worth_probing(expected, c):
+            self.probes += 1
+            return self.n
+        return c
+
+    def worth_probing(self, expected: np.ndarray, c: int) -> bool:
+        """Whether waiting for every worker in place of cutoff ``c`` under forecast ``expected``
+        buys more in the decisions after it than it costs (``bdsgd.policies.probe``), in the
+        rate rule's score at lambda_hat (before there is one: the throughput c promises)."""
+        hyp = self.predictor.hypotheses()
+        if hyp is None:
+            return False
+        rate = self.rate
+        if rate is None:
+            rate = float(self.scores(expected, "ratio")[c - 1])
+
+        def score(forecast: np.ndarray) -> np.ndarray:
+            return self.scores(forecast, "rate", rate)
+
+        now = score(expected)
+        return horizon(hyp, score, c) * probe_value(hyp, score) > now[c - 1] - now[-1]
+
+    def scores(self, expected: np.ndarray, rule: str | None = None,
+               rate: float | None = None) -> np.ndarray:
+        """Every cutoff's score under forecast ``expected`` (``scores``): this policy's rule at
+        its lambda_hat, or ``rule`` at ``rate``."""
+        return scores(expected, rule or self.rule, rate if rule else self.rate, self.comm,
+                      self.min_gain, self.worth(np.arange(1, self.n + 1)), self.lag)
 
     def forecast(self, c: int) -> float:
         """E[x_(c)] as the predictor expected it at the last choice (NaN before it had anything

@@ -216,7 +216,8 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
     charges = cfg.charge_lag if isinstance(cfg.charge_lag, bool) else name in cfg.charge_lag
     policy = PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife,
                               min_gain, objective, batch, lr_scaling,
-                              charge_lag=charges and not need.paper)
+                              charge_lag=charges and not need.paper,
+                              probe=cfg.probe and not need.paper)
     return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
 

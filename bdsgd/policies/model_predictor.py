@@ -15,6 +15,7 @@ import torch
 
 from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import Predictor, draw_count
+from bdsgd.policies.probe import Hypotheses
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.online import OnlineFit
@@ -46,8 +47,11 @@ class ModelPredictor(Predictor):
         with torch.inference_mode():
             self.state = model.initial_state(1)
             self.params = model.step_parameters()
-        self.cached: torch.Tensor | None = None  # this iteration's draws, once drawn
-        self.expected: np.ndarray | None = None  # and their sorted mean
+        self.noise = None  # this iteration's random numbers, once drawn
+        self.cached: torch.Tensor | None = None  # the draws made of them
+        self.sorted: np.ndarray | None = None  # each draw sorted, (S, n)
+        self.expected: np.ndarray | None = None  # and their mean
+        self.cut = np.zeros(model.n_workers, dtype=bool)  # censored at the last observation
 
     def compile(self) -> None:
         """The filtering step and the draws through torch.compile: a few fused kernels, where
@@ -67,13 +71,14 @@ class ModelPredictor(Predictor):
         seen = torch.as_tensor(obs.runtimes, dtype=torch.float32)
         censored = seen.isnan()
         x = torch.where(censored, obs.cutoff_time, seen) / self.model.scale_s
+        self.cut = censored.numpy()
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
         before, self.state = self.state, self.step(self.state, x[None], censored[None],
                                                    self.params)
         if self.online is not None:
             self.params = self.online.record(x[None], censored[None], before) or self.params
-        self.cached = self.expected = None
+        self.noise = self.cached = self.sorted = self.expected = None
 
     def idle(self) -> None:
         """Learning while serving's step, taken early (``OnlineFit.idle``)."""
@@ -86,13 +91,50 @@ class ModelPredictor(Predictor):
         until the next observation, so a forecast and the averaging's score of it read one
         sample."""
         if self.cached is None:
-            noise = self.model.noise(self.samples, self.generator)
-            self.cached = self.forecast(self.state, noise, self.params)
+            self.noise = self.model.noise(self.samples, self.generator)
+            self.cached = self.forecast(self.state, self.noise, self.params)
         return self.cached
 
     def expected_order_stats(self) -> np.ndarray:
         """E[x_(c)], c = 1..n, in seconds: the mean of the sorted joint draws."""
         if self.expected is None:
             # numpy's vectorised sort is several times faster than torch.sort on one core
-            self.expected = np.sort(self.draws().numpy(), axis=-1).mean(0, dtype=np.float64)
+            self.sorted = np.sort(self.draws().numpy(), axis=-1)
+            self.expected = self.sorted.mean(0, dtype=np.float64)
         return self.expected
+
+    @torch.inference_mode()
+    def hypotheses(self) -> Hypotheses | None:
+        """How many of the nodes of the workers cut last are in an episode at t+1: each draw's
+        episode indicators C_{t+1} there (its uniforms against P(C_{t+1} = 1), as ``forecast``
+        drew them) count towards the hypothesis it belongs to. The count, not which nodes: the
+        order statistics the rule reads depend on how many workers are slow, and a few hypotheses
+        keep each one's forecast a mean over many draws. The draws alternate between the two
+        halves; a hypothesis with fewer than two draws in either half is left out (too few to
+        forecast from); None where fewer than two are left or none without an episode, and
+        before any draw where the probabilities already say so."""
+        nodes = np.unique(self.model.nodes.index.numpy()[self.cut])
+        if not len(nodes):
+            return None
+        chain = self.model.transition.episode_chain(self.params.switch)
+        p_on = chain.predict(self.state.p_c)[0].numpy()
+        # a hypothesis is kept with two draws in each half: it needs about 4 / S of probability
+        none = float(np.prod(1 - p_on[nodes], dtype=np.float64))
+        if min(none, 1 - none) < 4 / self.samples:
+            return None
+        self.expected_order_stats()
+        count = self.model.nodes.count
+        on = self.noise.uniform[:, count:2 * count].numpy() < p_on
+        values = len(nodes) + 1  # 0..k of the k nodes in an episode
+        # each draw's (half, hypothesis) as one index, and every such group's sum at once
+        group = np.arange(len(on)) % 2 * values + on[:, nodes].sum(-1)
+        member = group[:, None] == np.arange(2 * values)
+        counts = member.sum(0).reshape(2, values)
+        kept = np.flatnonzero((counts >= 2).all(0))
+        if len(kept) < 2 or kept[0] != 0:
+            return None
+        sums = (member.T.astype(np.float64) @ self.sorted).reshape(2, values, -1)
+        return Hypotheses(counts[:, kept].sum(0) / counts[:, kept].sum(),
+                          sums[:, kept] / counts[:, kept, None],
+                          float(chain.stay - chain.start), float(chain.stationary()),
+                          p_on[nodes].astype(np.float64))
