@@ -216,8 +216,8 @@ class Replays:
         policy that probes, the share of iterations it waited for every worker to learn from."""
         result, policy = self.run(name, rule)
         out = _row(result, self.oracle_rate, rule, threads)
-        if getattr(policy, "probe", False):
-            out["probed_fraction"] = policy.probes / self.trace.n_iterations
+        if policy.probed is not None:
+            out["probed_fraction"] = policy.probed / self.trace.n_iterations
         if explored(name) is not None:
             inner, _ = self.run(explored(name), rule)
             out["explored_fraction"] = policy.explored / self.trace.n_iterations

@@ -66,6 +66,12 @@ class Policy:
         """Its gradient noise scale estimate in samples, if it keeps one."""
         return None
 
+    @property
+    def probed(self) -> int | None:
+        """The iterations it waited for every worker to learn the cut workers' state
+        (``PredictivePolicy``'s probe); None: it does not probe."""
+        return None
+
     def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
                           b_big: float) -> None:
         """One iteration's gradient norms, where it ``measures_noise``."""
@@ -93,6 +99,10 @@ class Wrapper(Policy):
     @property
     def noise_scale(self) -> float | None:
         return self.inner.noise_scale
+
+    @property
+    def probed(self) -> int | None:
+        return self.inner.probed
 
     def observe_gradients(self, small_sq: float, big_sq: float, b_small: float,
                           b_big: float) -> None:
@@ -231,6 +241,10 @@ class PredictivePolicy(Policy):
     @property
     def rate(self) -> float | None:
         return self.gradients / self.seconds if self.seconds > 0 else None
+
+    @property
+    def probed(self) -> int | None:
+        return self.probes if self.probe else None
 
     @property
     def measures_noise(self) -> bool:

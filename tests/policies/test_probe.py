@@ -100,7 +100,7 @@ def test_the_policy_waits_where_the_value_over_the_horizon_exceeds_the_cost(lam,
     2.075 (0 against -2.075 at lambda_hat 3); at lambda 0, nothing after it."""
     policy = PredictivePolicy("p", Believes(0.5, lam), "ratio", 0.0, N, probe=probe)
     assert policy.choose() == (N if waits else N - 1)
-    assert policy.probes == int(waits)
+    assert policy.probed == (int(waits) if probe else None)
 
 
 def test_a_certain_belief_never_probes():
