@@ -374,6 +374,13 @@ def time_limit_config(path: Path, iterations: int) -> Path:
     return path
 
 
+def long_run_dir() -> str:
+    """LONG_RUN's run folder in a working directory (static, simulated trace, seed 0)."""
+    from bdsgd.layout import Layout
+
+    return Layout.of("tiny").run_dir("sim", "digits", "static", 0)
+
+
 def long_run_iterations(workdir: Path, env: dict[str, str] | None = None) -> int:
     """The iterations of LONG_RUN that take about RUN_S seconds on this machine, in whole
     checkpoint periods: a run of one period made locally in ``workdir``, timed by its own
@@ -381,12 +388,11 @@ def long_run_iterations(workdir: Path, env: dict[str, str] | None = None) -> int
     of an iteration's time)."""
     import json
 
-    from bdsgd.layout import Layout
     from tests.helpers import run_dag
 
     period = LONG_RUN["checkpoint_every"]
     workdir.mkdir(parents=True)
-    run = Layout.of("tiny").run_dir("sim", "digits", "static", 0)
+    run = long_run_dir()
     run_dag(workdir, time_limit_config(workdir / "config.yaml", period), env,
             targets=[f"{run}/metrics.parquet"])
     seconds = json.loads((workdir / run / "result.json").read_text())["wallclock"]["seconds"]
@@ -411,13 +417,12 @@ def run_past_time_limit(workdir: Path, env: dict[str, str] | None = None) -> dic
     (``run_profiles``), warned WARNING_S before its limit: what ``run_profiles`` returns, with
     ``run``, the run's folder under each working directory, ``reference``, the local one's
     working directory, and ``iterations``."""
-    from bdsgd.layout import Layout
     from tests.helpers import run_dag
 
     workdir.mkdir(parents=True, exist_ok=True)
     iterations = long_run_iterations(workdir / "calibrate", env)
     config = time_limit_config(workdir / "config.yaml", iterations)
-    run = Layout.of("tiny").run_dir("sim", "digits", "static", 0)
+    run = long_run_dir()
     targets = [f"{run}/metrics.parquet"]
     run_dag(workdir / "local", config, env, targets=targets)
     runs = run_profiles(workdir, config, env, targets=targets, timeout=LONG_RUN_S,

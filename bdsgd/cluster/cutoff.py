@@ -29,6 +29,7 @@ paper's ratio rule would do with a perfect model. It is a reference, not an uppe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -48,10 +49,17 @@ class Observation:
     # that finish, ``bdsgd.cluster.clock``): their run-times are in ``runtimes``, their gradients unused
     late: np.ndarray | None = None
 
-    @property
+    # Each view below is computed once and shared, read-only, by every reader of the observation
+    # (a policy's predictors each read it in the decision).
+    @cached_property
     def observed(self) -> np.ndarray:
         """The workers whose run-time the server knows (the rest are censored at tau_t)."""
-        return ~np.isnan(self.runtimes)
+        return _frozen(~np.isnan(self.runtimes))
+
+    @cached_property
+    def seen(self) -> np.ndarray:
+        """The known run-times, ascending."""
+        return _frozen(np.sort(self.runtimes[self.observed]))
 
     @property
     def accepted(self) -> np.ndarray:
@@ -61,6 +69,11 @@ class Observation:
     @property
     def duration(self) -> float:
         return self.cutoff_time + self.comm_s
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def observation(t: int, x: np.ndarray, c: int, comm=0.0, stale: np.ndarray | None = None) -> Observation:

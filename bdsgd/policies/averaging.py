@@ -53,8 +53,8 @@ def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float | n
     """l_k above, the log of the weight a forecast earns: minus the censored QLIKE loss per
     order statistic of what ``obs`` shows under the forecast ``expected`` (n,) = E[x_(1..n)], at
     error scale ``scale``; forecasts stacked (K, n) give the K scores of one observation."""
-    n, c = len(obs.runtimes), int(obs.observed.sum())
-    seen = np.concatenate([np.sort(obs.runtimes[obs.observed]), np.full(n - c, obs.cutoff_time)])
+    n, c = len(obs.runtimes), len(obs.seen)
+    seen = np.concatenate([obs.seen, np.full(n - c, obs.cutoff_time)])
     ratio = seen / expected
     ratio[..., c:] = np.maximum(ratio[..., c:], 1.0)  # y = max(tau, m)
     return -np.mean(ratio - np.log(ratio) - 1, axis=-1) / scale**2

@@ -131,8 +131,13 @@ class Predictor:
 
 def decide(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_gain: float = 0.0,
            worth: np.ndarray | None = None, lag: float = 0.0) -> int:
-    """argmax_c of ``scores``: the cutoff the rule picks."""
-    return int(np.argmax(scores(expected, rule, rate, comm, min_gain, worth, lag))) + 1
+    """The cutoff the rule picks: ``best`` of ``scores``."""
+    return best(scores(expected, rule, rate, comm, min_gain, worth, lag))
+
+
+def best(score: np.ndarray) -> int:
+    """The cutoff of the highest score, the smallest of those tied: argmax_c."""
+    return int(np.argmax(score)) + 1
 
 
 def scores(expected: np.ndarray, rule: str, rate: float | None, comm=0.0, min_gain: float = 0.0,
@@ -266,7 +271,7 @@ class PredictivePolicy(Policy):
         self.expected = expected = self.predictor.expected_order_stats()
         if expected is None:
             return self.n
-        c = int(np.argmax(self.scores(expected))) + 1
+        c = best(self.scores(expected))
         if c < self.n and self.probe and self.worth_probing(expected, c):
             self.probes += 1
             return self.n
@@ -281,20 +286,24 @@ class PredictivePolicy(Policy):
             return False
         rate = self.rate
         if rate is None:
-            rate = float(self.scores(expected, "ratio")[c - 1])
+            rate = float(self.scores_by(expected, "ratio", None)[c - 1])
 
         def score(forecast: np.ndarray) -> np.ndarray:
-            return self.scores(forecast, "rate", rate)
+            return self.scores_by(forecast, "rate", rate)
 
         now = score(expected)
         return horizon(hyp, score, c) * probe_value(hyp, score) > now[c - 1] - now[-1]
 
-    def scores(self, expected: np.ndarray, rule: str | None = None,
-               rate: float | None = None) -> np.ndarray:
-        """Every cutoff's score under forecast ``expected`` (``scores``): this policy's rule at
-        its lambda_hat, or ``rule`` at ``rate``."""
-        return scores(expected, rule or self.rule, rate if rule else self.rate, self.comm,
-                      self.min_gain, self.worth(np.arange(1, self.n + 1)), self.lag)
+    def scores(self, expected: np.ndarray) -> np.ndarray:
+        """Every cutoff's score under forecast ``expected``: this policy's rule at its
+        lambda_hat."""
+        return self.scores_by(expected, self.rule, self.rate)
+
+    def scores_by(self, expected: np.ndarray, rule: str, rate: float | None) -> np.ndarray:
+        """Every cutoff's score under forecast ``expected`` by ``rule`` at ``rate``
+        (``scores``), with this policy's network, margin, worth and lag."""
+        return scores(expected, rule, rate, self.comm, self.min_gain,
+                      self.worth(np.arange(1, self.n + 1)), self.lag)
 
     def forecast(self, c: int) -> float:
         """E[x_(c)] as the predictor expected it at the last choice (NaN before it had anything

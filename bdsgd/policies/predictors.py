@@ -40,8 +40,7 @@ class _Window:
         self.items: deque[tuple[np.ndarray, float, int]] = deque(maxlen=size)
 
     def add(self, obs: Observation) -> None:
-        seen = np.sort(obs.runtimes[obs.observed])
-        self.items.append((seen, obs.cutoff_time, self.n - len(seen)))
+        self.items.append((obs.seen, obs.cutoff_time, self.n - len(obs.seen)))
 
 
 class Elfving(Predictor):
@@ -155,7 +154,7 @@ class Bandit(Predictor):
         self.sum_sq = np.zeros(n_workers)
 
     def observe(self, obs: Observation) -> None:
-        x = np.sort(obs.runtimes[obs.observed])
+        x = obs.seen
         for stat, value in ((self.count, 1.0), (self.sum, x), (self.sum_sq, x**2)):
             stat *= self.discount
             stat[: len(x)] += value
