@@ -179,7 +179,7 @@ def test_the_decision_profile_accounts_for_the_whole_decision(monkeypatch, capsy
     shares = [float(line.rsplit(None, 1)[1].rstrip("%")) for line in out.splitlines()
               if line.endswith("%")]
     assert abs(sum(shares) - 100) < 0.5, out
-    for part in ("model: filtering step", "model: draws", "ecdf: update", "persist: forecast",
+    for part in ("model: filtering step", "model: draws", "persist: update", "persist: forecast",
                  "averaging: scores", "the rest"):
         assert part in out, part
     calls = out.split("torch calls in one decision: ")[1]
