@@ -108,6 +108,7 @@ class PoliciesConfig:
     rate_halflife: float
     min_gain: float
     charge_lag: bool | tuple[str, ...]  # every predictive policy, none, or these
+    pull: bool | tuple[str, ...]  # every per-worker predictor, none, or these policies'
     probe: bool
     static_backups: float
     window: int
@@ -316,8 +317,7 @@ class Config:
         return trace_names(self.training().trace)
 
     def run_trace(self) -> str:
-        """The one trace a run replays: train.trace's; a list is refused (the workflow writes each
-        run a config naming its own)."""
+        """The one trace a run replays: train.trace's; a list is refused (the workflow names one)."""
         traces = self.train_traces()
         if len(traces) > 1:
             raise UserError(self.source, "train.trace", f"lists {len(traces)} traces; a run "

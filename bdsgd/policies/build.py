@@ -209,14 +209,14 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         return Scripted(name, myopic_optimum(np.sort(runtimes, axis=1), comm))
     if name == "oracle-fixed":
         return Scripted(name, [fixed_optimum(np.sort(runtimes, axis=1), comm)[0]])
-    predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset)
+    predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset,
+                           listed(cfg.pull, name))
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics;
     # the paper's BDSGD has none
     min_gain = cfg.min_gain if need.learns and not need.paper else 0.0
-    charges = cfg.charge_lag if isinstance(cfg.charge_lag, bool) else name in cfg.charge_lag
     policy = PredictivePolicy(name, predictor, rule, comm, n_workers, cfg.rate_halflife,
                               min_gain, objective, batch, lr_scaling,
-                              charge_lag=charges and not need.paper,
+                              charge_lag=listed(cfg.charge_lag, name) and not need.paper,
                               probe=cfg.probe and not need.paper)
     return policy if cfg.decide_every == 1 else Periodic(policy, cfg.decide_every)
 
@@ -241,9 +241,16 @@ def compiles(setting: bool | str, n_workers: int) -> bool:
     return True
 
 
+def listed(setting: bool | tuple[str, ...], name: str) -> bool:
+    """Whether a setting that is true (every policy), false (none) or a list of policies names
+    policy ``name``."""
+    return setting if isinstance(setting, bool) else name in setting
+
+
 def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model, truth,
-               offset: int):
-    """The predictor of predictive policy ``name`` (make_policy's arguments)."""
+               offset: int, pull: bool):
+    """The predictor of predictive policy ``name`` (make_policy's arguments; ``pull``: its
+    per-worker predictors pull deviations back, ``policies.pull``)."""
     from bdsgd.policies.predictors import Bandit, Ecdf, Elfving, PerWorkerLevel, TruthPredictor
 
     if name == "elfving":
@@ -254,7 +261,7 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
         return Bandit(n_workers, cfg.bandit_discount, cfg.bandit_confidence)
     if name in ("ewma", "persist"):
         alpha = 1 - 0.5 ** (1 / cfg.ewma_halflife) if name == "ewma" else 1.0
-        return PerWorkerLevel(n_workers, alpha, cfg.residual_window)
+        return PerWorkerLevel(n_workers, alpha, cfg.residual_window, pull)
     if name == "bayes":
         return TruthPredictor(truth, offset, cfg.bayes_samples, seed)
     # torch: only when a model is used
@@ -266,7 +273,7 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
                                  (every, cfg.online_window, cfg.online_learning_rate))
     if name in ("bdsgd-model", "bdsgd-paper"):
         return predictor
-    simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0) for k in cfg.averaging}
+    simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0, pull) for k in cfg.averaging}
     return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)
 
 

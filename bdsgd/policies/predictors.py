@@ -13,9 +13,10 @@ prediction into a cutoff with the ``ratio`` or ``rate`` rule.
   at c reveals x_(1..c), so every arm c' <= c is updated, not only the arm played. Optimism in
   the face of uncertainty: the rule sees a lower confidence bound on each duration.
 * ``PerWorkerLevel``: each worker's own level of log run-time (``ewma``: exponentially weighted;
-  ``persist``: the last value), censored workers raised to at least the cutoff, and a joint
-  bootstrap of recent residual vectors around the levels. Unlike the pooled predictors above it
-  tells workers apart: a persistently slow worker is forecast slow.
+  ``persist``: the last value), censored workers raised to at least the cutoff, optionally each
+  level's deviation from the others' kept only as far as such deviations came true, and a joint
+  bootstrap of recent forecast errors. Unlike the pooled predictors above it tells workers
+  apart: a persistently slow worker is forecast slow.
 * ``TruthPredictor``: the simulator's true predictive distribution (the Bayes-optimal
   reference ``bayes``), by Monte Carlo.
 """
@@ -170,51 +171,96 @@ class Bandit(Predictor):
         return np.maximum.accumulate(lower)
 
 
+# The bound, in spreads, beyond which a deviation is taken as real and kept (PerWorkerLevel)
+PULL_SPREADS = 5.0
 # Residual vectors the bootstrap needs before it predicts (the policy waits for all until then).
 MIN_RESIDUALS = 3
 
 
 class PerWorkerLevel(Predictor):
-    """Per-worker levels of log run-time and a joint bootstrap of recent residuals.
+    """Per-worker levels of log run-time, optionally pulled towards the others' as far as such
+    deviations came true, and a joint bootstrap of recent forecast errors.
 
     With y_t,i = log x_t,i and level m_t,i, a worker's value at iteration t is y_t,i if it was
     accepted, and if it was cut the pseudo-observation y'_t,i = max(m_t-1,i, log tau_t): it ran
     longer than tau_t, and it stays at least as slow as it was believed (y'_t,i = y_t,i for an
-    accepted one). Its residual is e_t,i = y'_t,i - m_t-1,i, and the level moves to
-      m_t,i = m_t-1,i + alpha e_t,i  (accepted),   m_t,i = y'_t,i  (cut),
+    accepted one). The level moves to
+      m_t,i = m_t-1,i + alpha (y'_t,i - m_t-1,i)  (accepted),   m_t,i = y'_t,i  (cut),
     so a cut never lowers a level and lifts it to at least log tau_t. alpha = 1 - 2^(-1/h) for a
-    half-life of h iterations (``ewma``); alpha = 1 (``persist``) makes m_t the last value and
-    e_t the one-step change. The forecast is x_t+1,i = exp(m_t,i + e_s,i) with s uniform over the
-    last W iterations, the same s for every worker (a joint bootstrap: a slowdown that workers
-    share, such as a contended node's, stays shared), and
-      E[x_(c)] = 1/W sum_s sort(exp(m_t + e_s))_c
+    half-life of h iterations (``ewma``); alpha = 1 (``persist``) makes m_t the last value.
+
+    A level is a noisy estimate: where a worker's slowness has no memory, the slowest level is
+    slowest by chance and its next run-time regresses towards the others'. Sorting the levels
+    would forecast the slowest workers too slow and the gap between the last order statistics,
+    which the rule's cut turns on, too wide (the argmax then cuts on noise). So where ``pull``
+    is set each worker is forecast at
+      mu_t,i = m_t,i + beta d_t,i 1{|d_t,i| < k s_t},    d_t,i = m_t,i - median_j m_t,j,
+    s_t the levels' spread (1.4826 x their median absolute deviation) and k = ``PULL_SPREADS``:
+    a deviation within what noise makes of the spread is pulled back by the share beta; one far
+    beyond it (a rack that slowed, a straggler) is taken as real and kept whole (a spike-and-slab
+    prior's posterior mean, roughly: noise, or a real deviation that dwarfs it). beta is the
+    least-squares slope of the next change y_t+1,i - m_t,i on d_t,i over the workers within the
+    bound, both centred (a shift all workers share is not a deviation), accumulated over the
+    iterations that waited for every worker, with forgetting 1 - 1/W, and clipped to [-1, 0]:
+    0 where deviations last (the plain level), -1 where they are noise. Only those iterations:
+    which workers a cut leaves unseen (or which late ones arrive before the next decision)
+    depends on their run-times, and fitting on the seen ones would bias the slope; whether an
+    iteration waited for all depends only on what was forecast, the slope's regressor. Without
+    ``pull``, mu_t = m_t: the classical per-worker baselines.
+
+    The forecast is x_t+1,i = exp(mu_t,i + r_s,i) with s uniform over the last W iterations, the
+    same s for every worker (a joint bootstrap: a slowdown that workers share, such as a
+    contended node's, stays shared), r_s,i = y'_s,i - mu_s-1,i the forecast's error at s, and
+      E[x_(c)] = 1/W sum_s sort(exp(mu_t + r_s))_c
     is that bootstrap's expectation exactly, over its W equally likely vectors: W x n numbers
     and no Monte Carlo draws, whose noise the rule's argmax would exploit (``draw_count``).
 
-    A cut worker's residual is unknown: only e_t,i > log tau_t - m_t-1,i. It enters the pool at
-    the level update's lower bound, max(log tau_t - m_t-1,i, 0): the smallest residual consistent
-    with both what the server saw and the level rule, so every vector stays whole (dropping the
-    entry would break the joint draw). On a trace where one worker is always cut, its level
-    stays above tau and its residuals are 0: it is forecast at its level, as slow as it was last
-    seen. Imputing at the bound itself (negative for a worker believed slower than tau) would
-    instead forecast it at the cutoff time, as fast as the c-th worker, and the rule would wait
-    for it again (docs/decisions.md). The price: an always-cut worker's spread is taken as none,
-    and a cut worker that is faster than its level is not seen to be, until it beats the cutoff
-    again and its value is observed.
+    A cut worker's error is unknown: only y_s,i > log tau_s. It enters the pool at the least
+    error consistent with that and with the forecast, max(log tau_s - mu_s-1,i, 0), so every
+    vector stays whole (dropping the entry would break the joint draw). On a trace where one
+    worker is always cut, its errors are 0: it is forecast where it was forecast, as slow as its
+    level and beta allow. Imputing at the bound itself (negative for a worker forecast slower
+    than tau) would instead forecast it at the cutoff time, as fast as the c-th worker, and the
+    rule would wait for it again (docs/decisions.md). The price: an always-cut worker's spread is
+    taken as none, and a cut worker that is faster than forecast is not seen to be, until it
+    beats the cutoff again and its value is observed.
     """
 
-    def __init__(self, n_workers: int, alpha: float, window: int):
+    def __init__(self, n_workers: int, alpha: float, window: int, pull: bool = False):
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        self.alpha = alpha
+        self.alpha, self.pull = alpha, pull
         self.level: np.ndarray | None = None
-        # a ring buffer of the last W vectors, in float32: a forecast sorts W x n draws, and
-        # float32 moves half the bytes; 1e-7 of a log run-time is far below what the rule can
-        # tell apart
+        # a ring buffer of the last W error vectors, in float32: a forecast sorts W x n draws,
+        # and float32 moves half the bytes; 1e-7 of a log run-time is far below what the rule
+        # can tell apart
         self.residuals = np.zeros((window, n_workers), dtype=np.float32)
-        self.count = 0  # residual vectors seen
+        self.count = 0  # error vectors seen
         self.ready = min(window, MIN_RESIDUALS)
+        self.forgetting = 1 - 1 / window
+        self.moments = np.zeros(2)  # forgotten sums of d * change and d^2, within the bound
         self.expected: np.ndarray | None = None  # the forecast, until the next observation
+
+    @property
+    def beta(self) -> float:
+        """The slope of a worker's next change on its deviation within the bound: -1 where such
+        deviations are noise, 0 where they last."""
+        cross, square = self.moments
+        return float(np.clip(cross / square, -1.0, 0.0)) if square > 0 else 0.0
+
+    def deviation(self) -> tuple[np.ndarray, float]:
+        """d_t, each level's deviation from the median level, and the bound beyond which one is
+        kept whole: PULL_SPREADS times the levels' spread (1.4826 x their median absolute
+        deviation)."""
+        deviation = self.level - np.median(self.level)
+        return deviation, PULL_SPREADS * 1.4826 * float(np.median(np.abs(deviation)))
+
+    def centre(self) -> np.ndarray:
+        """mu_t: each worker's forecast log run-time before the errors are added."""
+        if not self.pull:
+            return self.level
+        deviation, bound = self.deviation()
+        return self.level + self.beta * np.where(np.abs(deviation) < bound, deviation, 0.0)
 
     def observe(self, obs: Observation) -> None:
         # accepted: the log run-time; cut: log tau, the lower bound
@@ -223,18 +269,31 @@ class PerWorkerLevel(Predictor):
         if self.level is None:
             self.level = y  # a cut worker starts at its lower bound
             return
-        target = np.where(obs.observed, y, np.maximum(self.level, y))
-        residual = target - self.level
-        self.residuals[self.count % len(self.residuals)] = residual
+        centre = self.centre()  # the forecast this observation answers
+        if self.pull and obs.cutoff == len(y):
+            self._fit_slope(y)
+        self.residuals[self.count % len(self.residuals)] = np.where(
+            obs.observed, y - centre, np.maximum(y - centre, 0.0))
         self.count += 1
-        self.level = np.where(obs.observed, self.level + self.alpha * residual, target)
+        self.level = np.where(obs.observed, self.level + self.alpha * (y - self.level),
+                              np.maximum(self.level, y))
+
+    def _fit_slope(self, y: np.ndarray) -> None:
+        """Add an iteration that waited for every worker, run-times y (log), to beta's sums,
+        over the workers within the bound only: the slope moves no forecast beyond it."""
+        deviation, bound = self.deviation()
+        inside = np.abs(deviation) < bound  # none where every level is the same
+        if inside.any():
+            pulled, change = deviation[inside], (y - self.level)[inside]
+            pulled, change = pulled - pulled.mean(), change - change.mean()
+            self.moments = self.forgetting * self.moments + [pulled @ change, pulled @ pulled]
 
     def log_draws(self) -> np.ndarray | None:
-        """The bootstrap's W equally likely joint vectors of log run-times, m_t + e_s (float32,
+        """The bootstrap's W equally likely joint vectors of log run-times, mu_t + r_s (float32,
         a fresh array)."""
         if self.count < self.ready:
             return None
-        return self.level.astype(np.float32) + self.residuals[: min(self.count, len(self.residuals))]
+        return self.centre().astype(np.float32) + self.residuals[: min(self.count, len(self.residuals))]
 
     def expected_order_stats(self) -> np.ndarray | None:
         if self.expected is not None:

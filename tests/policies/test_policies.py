@@ -238,6 +238,19 @@ def test_by_default_the_models_policies_and_bayes_charge_the_lag_and_the_baselin
     assert not build("bdsgd", 4, None, cfg=dataclasses.replace(CFG, charge_lag=False)).charge_lag
 
 
+def test_policies_pull_names_the_policies_whose_per_worker_predictors_pull():
+    """policies.pull: none by default; a list names the policies (bdsgd: its averaged persist),
+    true every one."""
+    assert CFG.pull is False
+    assert not build("bdsgd", 4, None, cfg=CFG).predictor.components["persist"].pull
+    assert not build("persist", 4, None, cfg=CFG).predictor.pull
+    assert build("persist", 4, None, cfg=dataclasses.replace(CFG, pull=True)).predictor.pull
+    listed = dataclasses.replace(CFG, pull=("bdsgd",))
+    assert build("bdsgd", 4, None, cfg=listed).predictor.components["persist"].pull
+    assert not build("persist", 4, None, cfg=listed).predictor.pull
+    assert not build("ewma", 4, None, cfg=listed).predictor.pull
+
+
 def test_the_learning_policies_get_the_margin_and_bayes_does_not():
     cfg = dataclasses.replace(CFG, min_gain=0.3)
     for name in ("elfving", "ecdf", "bandit", "ewma", "persist", "bdsgd"):
