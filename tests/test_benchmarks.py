@@ -75,6 +75,31 @@ def test_the_policy_tables_interval_holds_the_spread_between_seeds():
     assert np.array_equal(seed_bootstrap(one, rng), one[0])
 
 
+def test_the_seeds_of_a_real_job_share_its_blocks_luck():
+    """Ten models replayed on one real test part, one policy losing in one block of five: ten
+    independent block resamples would average that block's luck away and call the loss certain;
+    the same blocks in every seed leave it as uncertain as one trace makes it."""
+    sys.path.insert(0, str(SCRIPTS[0].parent))
+    try:
+        from policy_table import BLOCK, margin
+    finally:
+        sys.path.pop(0)
+    iterations = np.arange(5 * BLOCK)
+    cutoff = np.where(iterations == 2 * BLOCK, 7, 8)  # one cut that did not pay
+    decisions = pd.concat([pd.DataFrame({"policy": name, "iteration": iterations, "cutoff": c,
+                                         "duration_s": 1.0})
+                           for name, c in (("a/rate", cutoff), ("b", 8))])
+    rate = {"a": cutoff.sum() / iterations.size, "b": 8.0}
+    rows = {"a": {"rule": "rate", "gradients_per_s": rate["a"], "relative_to_oracle": rate["a"] / 8},
+            "b": {"gradients_per_s": 8.0, "relative_to_oracle": 1.0}}
+    rows["a/rate"] = rows["a"]
+    runs = [(rows, decisions)] * 10
+    _, mean, _, high = margin(runs, "a", "b", 0, shared=False)
+    assert mean < 0 and high < 0
+    _, mean, low, high = margin(runs, "a", "b", 0, shared=True)
+    assert mean < 0 and low < 0 and high == 0.0
+
+
 def test_the_policy_table_takes_model_policy_and_network_settings():
     sys.path.insert(0, str(SCRIPTS[0].parent))
     try:
