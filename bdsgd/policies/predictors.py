@@ -194,13 +194,15 @@ class PerWorkerLevel(Predictor):
     would forecast the slowest workers too slow and the gap between the last order statistics,
     which the rule's cut turns on, too wide (the argmax then cuts on noise). So where ``pull``
     is set each worker is forecast at
-      mu_t,i = m_t,i + beta d_t,i 1{|d_t,i| < k s_t},    d_t,i = m_t,i - median_j m_t,j,
+      mu_t,i = m_t,i + beta d_t,i 1{|d_t,i| < k s_t, i seen at t},  d_t,i = m_t,i - median_j m_t,j,
     s_t the levels' spread (1.4826 x their median absolute deviation) and k = ``PULL_SPREADS``:
     a deviation within what noise makes of the spread is pulled back by the share beta; one far
     beyond it (a rack that slowed, a straggler) is taken as real and kept whole (a spike-and-slab
-    prior's posterior mean, roughly: noise, or a real deviation that dwarfs it). beta is the
-    least-squares slope of the next change y_t+1,i - m_t,i on d_t,i over the workers within the
-    bound, both centred (a shift all workers share is not a deviation), accumulated over the
+    prior's posterior mean, roughly: noise, or a real deviation that dwarfs it). A worker cut at t
+    keeps its level whole too: its level is a lower bound, not a noisy value (and where cut
+    workers finish their gradient, it starts the next iteration late). beta is the least-squares
+    slope of the next change y_t+1,i - m_t,i on d_t,i over the seen workers within the bound,
+    both centred (a shift all workers share is not a deviation), accumulated over the
     iterations that waited for every worker, with forgetting 1 - 1/W, and clipped to [-1, 0]:
     0 where deviations last (the plain level), -1 where they are noise. Only those iterations:
     which workers a cut leaves unseen (or which late ones arrive before the next decision)
@@ -239,6 +241,7 @@ class PerWorkerLevel(Predictor):
         self.ready = min(window, MIN_RESIDUALS)
         self.forgetting = 1 - 1 / window
         self.moments = np.zeros(2)  # forgotten sums of d * change and d^2, within the bound
+        self.seen = np.ones(n_workers, dtype=bool)  # whose level the last observation showed
         self.expected: np.ndarray | None = None  # the forecast, until the next observation
 
     @property
@@ -260,14 +263,15 @@ class PerWorkerLevel(Predictor):
         if not self.pull:
             return self.level
         deviation, bound = self.deviation()
-        return self.level + self.beta * np.where(np.abs(deviation) < bound, deviation, 0.0)
+        pulled = (np.abs(deviation) < bound) & self.seen
+        return self.level + self.beta * np.where(pulled, deviation, 0.0)
 
     def observe(self, obs: Observation) -> None:
         # accepted: the log run-time; cut: log tau, the lower bound
         y = np.log(np.where(obs.observed, obs.runtimes, obs.cutoff_time))
         self.expected = None
         if self.level is None:
-            self.level = y  # a cut worker starts at its lower bound
+            self.level, self.seen = y, obs.observed  # a cut worker starts at its lower bound
             return
         centre = self.centre()  # the forecast this observation answers
         if self.pull and obs.cutoff == len(y):
@@ -275,14 +279,16 @@ class PerWorkerLevel(Predictor):
         self.residuals[self.count % len(self.residuals)] = np.where(
             obs.observed, y - centre, np.maximum(y - centre, 0.0))
         self.count += 1
+        self.seen = obs.observed
         self.level = np.where(obs.observed, self.level + self.alpha * (y - self.level),
                               np.maximum(self.level, y))
 
     def _fit_slope(self, y: np.ndarray) -> None:
         """Add an iteration that waited for every worker, run-times y (log), to beta's sums,
-        over the workers within the bound only: the slope moves no forecast beyond it."""
+        over the workers it would pull only (seen, within the bound): the slope moves no other
+        forecast."""
         deviation, bound = self.deviation()
-        inside = np.abs(deviation) < bound  # none where every level is the same
+        inside = (np.abs(deviation) < bound) & self.seen  # none where every level is the same
         if inside.any():
             pulled, change = deviation[inside], (y - self.level)[inside]
             pulled, change = pulled - pulled.mean(), change - change.mean()

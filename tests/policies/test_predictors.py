@@ -107,6 +107,26 @@ def test_a_deviation_far_beyond_the_spread_is_kept_whole(name):
         assert predictor.beta < -0.5  # the others' last values are mostly noise
 
 
+def test_a_cut_workers_level_is_a_bound_and_kept_whole():
+    """A worker cut at the last iteration has a lower bound for a level, not a noisy value: its
+    deviation is not pulled back, the seen workers' are."""
+    rng = np.random.default_rng(3)
+    predictor = PerWorkerLevel(8, 1.0, 50, pull=True)
+    for t in range(60):
+        predictor.observe(observation(t, rng.lognormal(0.0, 0.3, 8), 8, 0.0))
+    x = rng.lognormal(0.0, 0.3, 8)
+    predictor.observe(observation(60, x, 7, 0.0))
+    cut = int(np.argmax(x))
+    deviation, bound = predictor.deviation()
+    assert 0 < deviation[cut] < bound and predictor.beta < -0.5
+    centre = predictor.centre()
+    assert centre[cut] == predictor.level[cut]
+    seen = np.delete(np.arange(8), cut)
+    inside = seen[np.abs(deviation[seen]) < bound]
+    np.testing.assert_allclose(centre[inside],
+                               predictor.level[inside] + predictor.beta * deviation[inside])
+
+
 def test_the_slope_learns_only_from_complete_iterations():
     """A cut leaves the slowest workers unseen, and fitting on the rest would bias the slope: an
     iteration with a censored worker leaves it where it was."""
