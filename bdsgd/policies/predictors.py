@@ -242,6 +242,9 @@ class PerWorkerLevel(Predictor):
         self.forgetting = 1 - 1 / window
         self.moments = np.zeros(2)  # forgotten sums of d * change and d^2, within the bound
         self.seen = np.ones(n_workers, dtype=bool)  # whose level the last observation showed
+        # mu_t, and with pull d_t and the workers it pulls: once an observation (``_recentre``)
+        self.mu: np.ndarray | None = None
+        self.pulled: tuple[np.ndarray, np.ndarray] | None = None
         self.expected: np.ndarray | None = None  # the forecast, until the next observation
 
     @property
@@ -260,11 +263,18 @@ class PerWorkerLevel(Predictor):
 
     def centre(self) -> np.ndarray:
         """mu_t: each worker's forecast log run-time before the errors are added."""
+        return self.mu
+
+    def _recentre(self) -> None:
+        """mu_t from the levels, the seen workers and beta as they are now; with pull, d_t and
+        the workers it pulls (seen, within the bound) are kept for the slope's fit."""
         if not self.pull:
-            return self.level
+            self.mu = self.level
+            return
         deviation, bound = self.deviation()
-        pulled = (np.abs(deviation) < bound) & self.seen
-        return self.level + self.beta * np.where(pulled, deviation, 0.0)
+        inside = (np.abs(deviation) < bound) & self.seen  # none where every level is the same
+        self.pulled = deviation, inside
+        self.mu = self.level + self.beta * np.where(inside, deviation, 0.0)
 
     def observe(self, obs: Observation) -> None:
         # accepted: the log run-time; cut: log tau, the lower bound
@@ -272,8 +282,9 @@ class PerWorkerLevel(Predictor):
         self.expected = None
         if self.level is None:
             self.level, self.seen = y, obs.observed  # a cut worker starts at its lower bound
+            self._recentre()
             return
-        centre = self.centre()  # the forecast this observation answers
+        centre = self.mu  # the forecast this observation answers
         if self.pull and obs.cutoff == len(y):
             self._fit_slope(y)
         self.residuals[self.count % len(self.residuals)] = np.where(
@@ -282,13 +293,13 @@ class PerWorkerLevel(Predictor):
         self.seen = obs.observed
         self.level = np.where(obs.observed, self.level + self.alpha * (y - self.level),
                               np.maximum(self.level, y))
+        self._recentre()
 
     def _fit_slope(self, y: np.ndarray) -> None:
         """Add an iteration that waited for every worker, run-times y (log), to beta's sums,
         over the workers it would pull only (seen, within the bound): the slope moves no other
         forecast."""
-        deviation, bound = self.deviation()
-        inside = (np.abs(deviation) < bound) & self.seen  # none where every level is the same
+        deviation, inside = self.pulled
         if inside.any():
             pulled, change = deviation[inside], (y - self.level)[inside]
             pulled, change = pulled - pulled.mean(), change - change.mean()
@@ -299,7 +310,7 @@ class PerWorkerLevel(Predictor):
         a fresh array)."""
         if self.count < self.ready:
             return None
-        return self.centre().astype(np.float32) + self.residuals[: min(self.count, len(self.residuals))]
+        return self.mu.astype(np.float32) + self.residuals[: min(self.count, len(self.residuals))]
 
     def expected_order_stats(self) -> np.ndarray | None:
         if self.expected is not None:
