@@ -179,7 +179,7 @@ def block_bootstrap(decisions: pd.DataFrame, a: str, b: str, oracle_rate: float,
                 np.bincount(block, d.duration_s.to_numpy()))
     (ca, da), (cb, db) = per_block(a), per_block(b)
     if pick is None:
-        pick = rng.integers(0, len(ca), size=(RESAMPLES, len(ca)))
+        pick = rng.integers(0, blocks(decisions), size=(RESAMPLES, blocks(decisions)))
     return (ca[pick].sum(1) / da[pick].sum(1) - cb[pick].sum(1) / db[pick].sum(1)) / oracle_rate
 
 

@@ -244,7 +244,7 @@ class PerWorkerLevel(Predictor):
         self.seen = np.ones(n_workers, dtype=bool)  # whose level the last observation showed
         # mu_t, and with pull d_t and the workers it pulls: once an observation (``_recentre``)
         self.mu: np.ndarray | None = None
-        self.pulled: tuple[np.ndarray, np.ndarray] | None = None
+        self.pulling: tuple[np.ndarray, np.ndarray] | None = None
         self.expected: np.ndarray | None = None  # the forecast, until the next observation
 
     @property
@@ -273,7 +273,7 @@ class PerWorkerLevel(Predictor):
             return
         deviation, bound = self.deviation()
         inside = (np.abs(deviation) < bound) & self.seen  # none where every level is the same
-        self.pulled = deviation, inside
+        self.pulling = deviation, inside
         self.mu = self.level + self.beta * np.where(inside, deviation, 0.0)
 
     def observe(self, obs: Observation) -> None:
@@ -299,7 +299,7 @@ class PerWorkerLevel(Predictor):
         """Add an iteration that waited for every worker, run-times y (log), to beta's sums,
         over the workers it would pull only (seen, within the bound): the slope moves no other
         forecast."""
-        deviation, inside = self.pulled
+        deviation, inside = self.pulling
         if inside.any():
             pulled, change = deviation[inside], (y - self.level)[inside]
             pulled, change = pulled - pulled.mean(), change - change.mean()
