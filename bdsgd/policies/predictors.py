@@ -173,6 +173,16 @@ class Bandit(Predictor):
 
 # The bound, in spreads, beyond which a deviation is taken as real and kept (PerWorkerLevel)
 PULL_SPREADS = 5.0
+
+
+def median(a: np.ndarray) -> float:
+    """``np.median`` of a 1-D array without NaN, the same value from one partition: np.median's
+    own checks cost ten times the partition at a few hundred values, twice a decision."""
+    k = len(a) // 2
+    if len(a) % 2:
+        return np.partition(a, k)[k]
+    middle = np.partition(a, (k - 1, k))
+    return (middle[k - 1] + middle[k]) / 2
 # Residual vectors the bootstrap needs before it predicts (the policy waits for all until then).
 MIN_RESIDUALS = 3
 
@@ -258,8 +268,8 @@ class PerWorkerLevel(Predictor):
         """d_t, each level's deviation from the median level, and the bound beyond which one is
         kept whole: PULL_SPREADS times the levels' spread (1.4826 x their median absolute
         deviation)."""
-        deviation = self.level - np.median(self.level)
-        return deviation, PULL_SPREADS * 1.4826 * float(np.median(np.abs(deviation)))
+        deviation = self.level - median(self.level)
+        return deviation, PULL_SPREADS * 1.4826 * float(median(np.abs(deviation)))
 
     def centre(self) -> np.ndarray:
         """mu_t: each worker's forecast log run-time before the errors are added."""
