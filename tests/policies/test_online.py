@@ -74,6 +74,21 @@ def test_only_the_laws_of_events_are_learnt_and_the_shared_model_stays(calm_mode
     assert all(torch.equal(v, before[k]) for k, v in calm_model.state_dict().items())
 
 
+def test_the_probe_reads_the_episode_chain_of_the_parameters_served(calm_model):
+    """The probe's episode chain is kept once per parameters, and learning while serving
+    changes them: after its steps the chain is that of the learnt parameters, not the
+    trained ones."""
+    trace, _ = simulate(SimulateConfig(scenario="iid-heavy", workers=N, iterations=40), 2)
+    _, predictor = serve(calm_model, trace.runtimes, ONLINE)
+    assert predictor.online.steps > 0
+    transition = calm_model.transition
+    learnt = transition.episode_chain(predictor.params.switch)
+    trained = transition.episode_chain(transition.switch().detach())
+    assert float(learnt.stay) != float(trained.stay)
+    stay, start = predictor.chain_np
+    assert (float(stay), float(start)) == (float(learnt.stay), float(learnt.start))
+
+
 def test_serving_and_learning_is_the_same_on_every_run(calm_model):
     """A step fits the window of a fixed number of iterations before and is seeded: the
     forecasts do not depend on the machine or its timing."""

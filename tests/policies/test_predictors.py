@@ -9,7 +9,7 @@ from bdsgd.cluster.cutoff import observation
 from bdsgd.cluster.server import replay
 from bdsgd.config import default_config
 from bdsgd.policies.build import make_policy, warm_up
-from bdsgd.policies.predictors import MIN_RESIDUALS, PerWorkerLevel
+from bdsgd.policies.predictors import MIN_RESIDUALS, PerWorkerLevel, median
 from bdsgd.traces.schema import from_arrays
 
 CFG = default_config().policies
@@ -23,6 +23,13 @@ def straggler_trace(T=300, n=8, slow=3, factor=5.0, seed=0):
     x = rng.lognormal(0.0, 0.1, (T, n))
     x[:, slow] *= factor
     return x
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 158])
+def test_the_levels_median_is_numpys_to_the_bit(n):
+    rng = np.random.default_rng(n)
+    for a in (rng.normal(size=n), np.round(rng.normal(size=n), 1)):  # ties too
+        assert median(a) == np.median(a)
 
 
 @pytest.mark.parametrize("name", SIMPLE)
