@@ -174,17 +174,18 @@ class Bandit(Predictor):
 # The bound, in spreads, beyond which a deviation is taken as real and kept (PerWorkerLevel)
 PULL_SPREADS = 5.0
 
+# Residual vectors the bootstrap needs before it predicts (the policy waits for all until then).
+MIN_RESIDUALS = 3
+
 
 def median(a: np.ndarray) -> float:
-    """``np.median`` of a 1-D array without NaN, the same value from one partition: np.median's
-    own checks cost ten times the partition at a few hundred values, twice a decision."""
+    """``np.median`` of a 1-D array without NaN, the same value from one partition: a decision
+    takes two, and np.median's own checks cost more than the partition at a few hundred values."""
     k = len(a) // 2
     if len(a) % 2:
         return np.partition(a, k)[k]
     middle = np.partition(a, (k - 1, k))
     return (middle[k - 1] + middle[k]) / 2
-# Residual vectors the bootstrap needs before it predicts (the policy waits for all until then).
-MIN_RESIDUALS = 3
 
 
 class PerWorkerLevel(Predictor):
