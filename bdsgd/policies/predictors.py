@@ -173,7 +173,6 @@ class Bandit(Predictor):
 
 # The bound, in spreads, beyond which a deviation is taken as real and kept (PerWorkerLevel)
 PULL_SPREADS = 5.0
-
 # Residual vectors the bootstrap needs before it predicts (the policy waits for all until then).
 MIN_RESIDUALS = 3
 
