@@ -19,6 +19,7 @@ from bdsgd.policies.probe import Hypotheses
 from bdsgd.runtime_model.filtering import impute
 from bdsgd.runtime_model.model import RuntimeModel
 from bdsgd.runtime_model.online import OnlineFit
+from bdsgd.runtime_model.transition import TwoStateChain
 
 
 class ModelPredictor(Predictor):
@@ -56,10 +57,10 @@ class ModelPredictor(Predictor):
 
     def _use(self, params) -> None:
         """Serve with ``params`` (``RuntimeModel.step_parameters``), and the episode chain the
-        probe's hypotheses read, once per parameters rather than once a decision."""
+        probe's hypotheses read, in numpy, once per parameters rather than once a decision."""
         self.params = params
-        self.chain = self.model.transition.episode_chain(params.switch)
-        self.chain_np = (self.chain.stay.numpy(), self.chain.start.numpy())
+        chain = self.model.transition.episode_chain(params.switch)
+        self.chain = TwoStateChain(*(p.numpy() for p in chain))
 
     def compile(self) -> None:
         """The filtering step and the draws through torch.compile: a few fused kernels, where
@@ -128,9 +129,8 @@ class ModelPredictor(Predictor):
                                            minlength=self.model.nodes.count))
         if not len(nodes):
             return None
-        chain, (stay, start) = self.chain, self.chain_np
-        p_c = self.state.p_c.numpy()[0]
-        p_on = p_c * stay + (1 - p_c) * start  # chain.predict, in numpy: a few values
+        chain = self.chain
+        p_on = chain.predict(self.state.p_c.numpy()[0])
         # a hypothesis is kept with two draws in each half: it needs about 4 / S of probability
         none = float(np.prod(1 - p_on[nodes], dtype=np.float64))
         if min(none, 1 - none) < 4 / self.samples:

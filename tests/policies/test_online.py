@@ -85,7 +85,7 @@ def test_the_probe_reads_the_episode_chain_of_the_parameters_served(calm_model):
     learnt = transition.episode_chain(predictor.params.switch)
     trained = transition.episode_chain(transition.switch().detach())
     assert float(learnt.stay) != float(trained.stay)
-    stay, start = predictor.chain_np
+    stay, start = predictor.chain.stay, predictor.chain.start
     assert (float(stay), float(start)) == (float(learnt.stay), float(learnt.start))
 
 
