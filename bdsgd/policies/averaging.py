@@ -102,8 +102,9 @@ class Averaged(Predictor):
             for name, score in zip(forecasts, scores, strict=True):
                 self.log_w[name] = self.forgetting * self.log_w[name] + float(score)
             share = 1 - self.forgetting  # gamma
-            shared = (1 - share) * self._normalised(self.log_w) + share / len(self.log_w)
-            self.log_w = dict(zip(self.log_w, np.log(shared).tolist(), strict=True))
+            if share:  # forgetting 1: the plain posterior, whose weights may reach 0
+                shared = (1 - share) * self._normalised(self.log_w) + share / len(self.log_w)
+                self.log_w = dict(zip(self.log_w, np.log(shared).tolist(), strict=True))
         for component in self.components.values():
             component.observe(obs)
         self.ready = None

@@ -117,6 +117,17 @@ def test_a_component_one_iteration_sank_is_back_once_its_forecasts_are_the_bette
     assert weights[1.0][0] < 1e-30 and weights[1.0][1] < 1e-20
 
 
+def test_without_forgetting_there_is_no_share_and_a_weight_may_reach_nought():
+    """forgetting 1, the plain posterior: a component 3x off loses its weight entirely (it
+    falls below what a float holds), quietly."""
+    n = 4
+    avg = Averaged({"off": Fixed(np.full(n, 3.0)), "on": Fixed(np.ones(n))}, forgetting=1.0,
+                   scale=SCALE)
+    for t in range(3):
+        avg.observe(observation(np.ones(n), n, t))
+    assert avg.weights == {"off": 0.0, "on": 1.0}
+
+
 def test_the_forecast_is_the_weighted_mixture_of_the_components():
     a, b = Fixed(np.array([1.0, 2.0])), Fixed(np.array([3.0, 4.0]))
     avg = Averaged({"a": a, "b": b}, forgetting=1.0, scale=SCALE)
