@@ -30,25 +30,34 @@ log error itself is least at exp E[log y], below the mean of a heavy tail, and r
 component that forecasts the slowest workers too fast. The mean over r, not the sum, because n
 order statistics of one iteration share most of their evidence.
 
-The weights are a posterior with forgetting and a fixed share (Herbster & Warmuth 1998),
+The weights are a posterior with forgetting and a share (Herbster & Warmuth 1998),
 
     log w_k <- alpha log w_k + l_k,   w normalised,   w_k <- (1 - gamma) w_k + gamma / K,
 
 alpha = ``policies.forgetting``: a component's evidence fades over about 1 / (1 - alpha)
-iterations, so the weights follow a cluster that changes; the share gamma = 1 - alpha, the
-prior's chance that the best component switches in an iteration, keeps each of the K at
-gamma / K or more. Without it one iteration can sink a component for hundreds: a forecast 0.4
-off in log run-time (the model's, the iteration a load shift begins, before its filter follows)
-scores about -0.4^2 / (2 s^2), -90 at s = 0.03, which the forgetting takes back at 1 - alpha
-an iteration. With it, a component is back as soon as its forecasts are the better ones. The
-warm-up history counts, with the same forgetting and share: on its complete iterations every
-order statistic is seen. The forecast is the mixture's, E[x_(c)] = sum_k w_k m_k,c (exact: an
-expectation is linear in the mixture).
+iterations, so the weights follow a cluster that changes. The share gamma, the prior's chance
+that the best component switches in an iteration, keeps each of the K at gamma / K or more:
+without it one iteration can sink a component for hundreds (a forecast 0.4 off in log run-time,
+the model's as a load shift begins, scores about -0.4^2 / (2 s^2), -90 at s = 0.03). But on an
+iteration that cut workers no score checks what a component believes of them, and the share
+alone moves the weight back to a component whose belief of the cut workers was last seen wrong;
+its forecast then decides a wait for them, a probe whose worth is whether such switches happen on
+this cluster. So gamma is learnt, not fixed (Monteleoni & Jaakkola 2003): G copies of the
+weights, one per gamma_g in {0, 1 - alpha}, each forecasting its mixture f_g = sum_k w_g,k m_k,
+are weighted by the same score with the same forgetting,
+
+    log v_g <- alpha log v_g + l(f_g),
+
+and the forecast is sum_g v_g f_g (exact: an expectation is linear in the mixture). A wait the
+share caused scores the copies apart: where the cut workers were still slow the copy with the
+share loses, and its revivals with it. The warm-up history counts, with the same forgetting and
+shares: on its complete iterations every order statistic is seen.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import logsumexp
 
 from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import Predictor
@@ -67,12 +76,12 @@ def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float | n
 
 
 class Averaged(Predictor):
-    """Components' forecasts weighted by their recent scores (above).
+    """Components' forecasts weighted by their recent scores, under a learnt share (above).
 
     ``components`` maps a name to a ``Predictor``. A component that cannot predict yet is left
     out of the forecast and its weight stays where it was; ``weights`` are the current
-    posterior, by name. Scoring starts once every component predicts (a few iterations): a late
-    joiner's accumulated score would not be comparable.
+    posterior, by name, averaged over the shares. Scoring starts once every component predicts
+    (a few iterations): a late joiner's accumulated score would not be comparable.
     """
 
     def __init__(self, components: dict, forgetting: float, scale: float):
@@ -81,30 +90,40 @@ class Averaged(Predictor):
         if scale <= 0:
             raise ValueError(f"scale must be positive, got {scale}")
         self.components, self.forgetting, self.scale = components, forgetting, scale
-        self.log_w = dict.fromkeys(components, 0.0)
+        # forgetting 1 is the plain posterior: no share
+        self.shares = np.unique([0.0, 1 - forgetting])  # gamma_g
+        self.log_w = np.zeros((len(self.shares), len(components)))  # (G, K)
+        self.log_v = np.zeros(len(self.shares))  # (G,)
         self.ready: dict[str, np.ndarray] | None = None  # this iteration's forecasts
 
     @property
     def weights(self) -> dict[str, float]:
-        return dict(zip(self.log_w, self._normalised(self.log_w), strict=True))
+        return dict(zip(self.components, self._normalised(self.components), strict=True))
+
+    def _mixing(self, names) -> np.ndarray:
+        """w_g,k (G, K') of ``names``, each share's weights renormalised among them."""
+        cols = [list(self.components).index(k) for k in names]
+        w = np.exp(self.log_w[:, cols] - self.log_w[:, cols].max(axis=1, keepdims=True))
+        return w / w.sum(axis=1, keepdims=True)
 
     def _normalised(self, names) -> np.ndarray:
-        """The posterior weights of ``names`` renormalised among them."""
-        log_w = np.array([self.log_w[k] for k in names])
-        w = np.exp(log_w - log_w.max())
-        return w / w.sum()
+        """The weights of ``names`` renormalised among them, averaged over the shares."""
+        v = np.exp(self.log_v - self.log_v.max())
+        return (v / v.sum()) @ self._mixing(names)
 
     def observe(self, obs: Observation) -> None:
         # score each forecast made before this observation, then let the components learn from it
         forecasts = self._ready()
         if len(forecasts) == len(self.components):
-            scores = log_score(np.array(list(forecasts.values())), obs, self.scale)
-            for name, score in zip(forecasts, scores, strict=True):
-                self.log_w[name] = self.forgetting * self.log_w[name] + float(score)
-            share = 1 - self.forgetting  # gamma
-            if share:  # forgetting 1: the plain posterior, whose weights may reach 0
-                shared = (1 - share) * self._normalised(self.log_w) + share / len(self.log_w)
-                self.log_w = dict(zip(self.log_w, np.log(shared).tolist(), strict=True))
+            m = np.array(list(forecasts.values()))  # (K, n)
+            mixtures = self._mixing(self.components) @ m  # f_g, (G, n)
+            self.log_v = self.forgetting * self.log_v + log_score(mixtures, obs, self.scale)
+            self.log_w = self.forgetting * self.log_w + log_score(m, obs, self.scale)
+            # w <- (1 - gamma) w + gamma / K, in logs: no share leaves w normalised, not 0
+            log_w = self.log_w - logsumexp(self.log_w, axis=1, keepdims=True)
+            with np.errstate(divide="ignore"):
+                floor = np.log(self.shares / len(self.components))[:, None]  # -inf: no share
+            self.log_w = np.logaddexp(np.log1p(-self.shares)[:, None] + log_w, floor)
         for component in self.components.values():
             component.observe(obs)
         self.ready = None

@@ -83,18 +83,19 @@ def test_weights_move_to_the_component_whose_forecasts_come_true():
     rng = np.random.default_rng(2)
     for t in range(5):
         avg.observe(observation(np.exp(rng.normal(0.0, 0.05, n)), n - 1, t))
-    # all the weight but the share: (1 - forgetting) / 2 stays with the other
-    assert avg.weights["fast"] == pytest.approx(0.995) and fast.seen == slow.seen == 5
-    np.testing.assert_allclose(avg.expected_order_stats(), 0.995 * 1.0 + 0.005 * 3.0)
+    # all the weight but at most the share, (1 - forgetting) / 2, stays with the other
+    assert 0.995 - 1e-9 <= avg.weights["fast"] < 1 and fast.seen == slow.seen == 5
+    np.testing.assert_allclose(avg.expected_order_stats(),
+                               avg.weights["fast"] * 1.0 + avg.weights["slow"] * 3.0)
     # the cluster slows down: the weights follow within a few iterations
     for t in range(5, 15):
         avg.observe(observation(3.0 * np.exp(rng.normal(0.0, 0.05, n)), n - 1, t))
-    assert avg.weights["slow"] == pytest.approx(0.995)
+    assert avg.weights["slow"] > 0.99
 
 
 def test_a_component_one_iteration_sank_is_back_once_its_forecasts_are_the_better():
-    """The fixed share: an iteration that a component forecast 1.5x too fast (the model's, as a
-    load shift begins and before its filter follows) leaves it (1 - forgetting) / K of the
+    """The share: an iteration that a component forecast 1.5x too fast (the model's, as a
+    load shift begins and before its filter follows) leaves it about (1 - forgetting) / K of the
     weight, not e^-100 of it; once its forecasts are the better ones it has the weight back
     within a few iterations, where the forgetting alone would hold it down for many."""
     n = 6
@@ -112,9 +113,34 @@ def test_a_component_one_iteration_sank_is_back_once_its_forecasts_are_the_bette
         for t in range(1, 6):
             avg.observe(observation(1.5 * np.exp(rng.normal(0.0, 0.02, n)), n, t))
         weights[forgetting].append(avg.weights["lagging"])
-    assert weights[0.99][0] == pytest.approx(0.005, rel=1e-3)
+    assert 1e-3 < weights[0.99][0] <= 0.005
     assert weights[0.99][1] > 0.9
     assert weights[1.0][0] < 1e-30 and weights[1.0][1] < 1e-20
+
+
+def test_a_share_whose_revivals_are_seen_wrong_is_learnt_away():
+    """The slowest worker is cut (c = n - 1) for 40 iterations, then waited for once, and it is
+    still 3x slow. ``hopeful`` forecasts it fast again, ``right`` slow; on the cut iterations
+    no score tells them apart, so the share alone brings ``hopeful`` back, and each wait it
+    would cause shows it wrong. The copy with the share loses on those waits, and with it the
+    revivals: ``hopeful`` keeps far less than the share's own weights would give it."""
+    n = 8
+    runtimes = np.r_[np.ones(n - 1), 3.0]
+    hopeful, right = Fixed(np.r_[np.ones(n - 1), 1.2]), Fixed(runtimes)
+    avg = Averaged({"hopeful": hopeful, "right": right}, forgetting=0.99, scale=SCALE)
+    t = 0
+    for _ in range(3):
+        for _ in range(40):
+            avg.observe(observation(runtimes, n - 1, t))
+            t += 1
+        avg.observe(observation(runtimes, n, t))
+        t += 1
+    for _ in range(40):
+        avg.observe(observation(runtimes, n - 1, t))
+        t += 1
+    shared = avg.shares.argmax()
+    alone = avg._mixing(avg.components)[shared, 0]  # the fixed share's weight of hopeful
+    assert alone > 0.2 and avg.weights["hopeful"] < alone / 5
 
 
 def test_without_forgetting_there_is_no_share_and_a_weight_may_reach_nought():
@@ -131,7 +157,7 @@ def test_without_forgetting_there_is_no_share_and_a_weight_may_reach_nought():
 def test_the_forecast_is_the_weighted_mixture_of_the_components():
     a, b = Fixed(np.array([1.0, 2.0])), Fixed(np.array([3.0, 4.0]))
     avg = Averaged({"a": a, "b": b}, forgetting=1.0, scale=SCALE)
-    avg.log_w = {"a": np.log(0.25), "b": np.log(0.75)}
+    avg.log_w = np.log([[0.25, 0.75]])
     np.testing.assert_allclose(avg.expected_order_stats(), [2.5, 3.5])
 
 
@@ -147,9 +173,11 @@ def test_nothing_is_scored_until_every_component_predicts():
     slower = 1.1 * np.ones(n)
     avg.observe(observation(slower, n))
     avg.observe(observation(slower, n, 1))
-    assert avg.log_w == {"ready": 0.0, "late": 0.0}  # both learnt, neither was scored
+    # both learnt, neither was scored
+    assert not avg.log_w.any() and not avg.log_v.any()
     avg.observe(observation(slower, n, 2))
-    assert avg.log_w["ready"] == pytest.approx(avg.log_w["late"]) != 0.0
+    assert avg.log_v.all()
+    np.testing.assert_allclose(avg.log_w[:, 0], avg.log_w[:, 1])
 
 
 @pytest.mark.parametrize(("forgetting", "scale", "match"), [(0.0, SCALE, "forgetting"),

@@ -114,7 +114,7 @@ def test_averaging_mixes_the_models_hypotheses_with_the_other_forecasts():
             return None
 
     averaged = Averaged({"model": Believes(0.5, 0.9), "level": Level(0.0, 0.0)}, 0.99, 0.03)
-    averaged.log_w["level"] = np.log(3.0)  # weights 1/4 and 3/4
+    averaged.log_w[:, 1] = np.log(3.0)  # weights 1/4 and 3/4 under every share
     hyp = averaged.hypotheses()
     assert hyp.lam == 0.9
     np.testing.assert_allclose(hyp.expected[0], [0.25 * BACK + 0.75 * BACK,
