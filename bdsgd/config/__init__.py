@@ -119,6 +119,7 @@ class PoliciesConfig:
     residual_window: int
     averaging: tuple[str, ...]
     forgetting: float
+    share_forgetting: float
     score_scale: float
     online_every: int
     online_window: int

@@ -44,14 +44,15 @@ alone moves the weight back to a component whose belief of the cut workers was l
 its forecast then decides a wait for them, a probe whose worth is whether such switches happen on
 this cluster. So gamma is learnt, not fixed (Monteleoni & Jaakkola 2003): G copies of the
 weights, one per gamma_g in {0, 1 - alpha}, each forecasting its mixture f_g = sum_k w_g,k m_k,
-are weighted by the same score with the same forgetting,
+are weighted by the same score, with their own forgetting beta = ``policies.share_forgetting``,
 
-    log v_g <- alpha log v_g + l(f_g),
+    log v_g <- beta log v_g + l(f_g),
 
 and the forecast is sum_g v_g f_g (exact: an expectation is linear in the mixture). A wait the
 share caused scores the copies apart: where the cut workers were still slow the copy with the
-share loses, and its revivals with it. The warm-up history counts, with the same forgetting and
-shares: on its complete iterations every order statistic is seen.
+share loses, and its revivals with it, for about 1 / (1 - beta) iterations: whether the share
+pays is a question about the episodes under way, which end. The warm-up history counts, with
+the same forgettings and shares: on its complete iterations every order statistic is seen.
 """
 
 from __future__ import annotations
@@ -84,12 +85,15 @@ class Averaged(Predictor):
     (a few iterations): a late joiner's accumulated score would not be comparable.
     """
 
-    def __init__(self, components: dict, forgetting: float, scale: float):
-        if not 0 < forgetting <= 1:
-            raise ValueError(f"forgetting must be in (0, 1], got {forgetting}")
+    def __init__(self, components: dict, forgetting: float, scale: float,
+                 share_forgetting: float):
+        for name, value in (("forgetting", forgetting), ("share_forgetting", share_forgetting)):
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
         if scale <= 0:
             raise ValueError(f"scale must be positive, got {scale}")
         self.components, self.forgetting, self.scale = components, forgetting, scale
+        self.share_forgetting = share_forgetting
         # forgetting 1 is the plain posterior: no share
         self.shares = np.unique([0.0, 1 - forgetting])  # gamma_g
         self.log_w = np.zeros((len(self.shares), len(components)))  # (G, K)
@@ -117,7 +121,8 @@ class Averaged(Predictor):
         if len(forecasts) == len(self.components):
             m = np.array(list(forecasts.values()))  # (K, n)
             mixtures = self._mixing(self.components) @ m  # f_g, (G, n)
-            self.log_v = self.forgetting * self.log_v + log_score(mixtures, obs, self.scale)
+            self.log_v = (self.share_forgetting * self.log_v
+                          + log_score(mixtures, obs, self.scale))
             self.log_w = self.forgetting * self.log_w + log_score(m, obs, self.scale)
             # w <- (1 - gamma) w + gamma / K, in logs: no share leaves w normalised, not 0
             log_w = self.log_w - logsumexp(self.log_w, axis=1, keepdims=True)

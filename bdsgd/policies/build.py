@@ -274,7 +274,8 @@ def _predictor(name: str, n_workers: int, cfg: PoliciesConfig, seed: int, model,
     if name in ("bdsgd-model", "bdsgd-paper"):
         return predictor
     simple = {k: _predictor(k, n_workers, cfg, seed, None, None, 0, pull) for k in cfg.averaging}
-    return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale)
+    return Averaged({"model": predictor, **simple}, cfg.forgetting, cfg.score_scale,
+                    cfg.share_forgetting)
 
 
 # why torch.compile failed in this process, once it has: auto does not try it again

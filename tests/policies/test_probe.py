@@ -113,7 +113,8 @@ def test_averaging_mixes_the_models_hypotheses_with_the_other_forecasts():
         def hypotheses(self):
             return None
 
-    averaged = Averaged({"model": Believes(0.5, 0.9), "level": Level(0.0, 0.0)}, 0.99, 0.03)
+    averaged = Averaged({"model": Believes(0.5, 0.9), "level": Level(0.0, 0.0)}, 0.99, 0.03,
+                        0.9)
     averaged.log_w[:, 1] = np.log(3.0)  # weights 1/4 and 3/4 under every share
     hyp = averaged.hypotheses()
     assert hyp.lam == 0.9
