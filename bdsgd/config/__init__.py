@@ -370,9 +370,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         distributed=DistributedConfig({name: _sub(DistributedJob, job) for name, job
                                        in data["distributed"]["jobs"].items()}),
         pilot=_sub(PilotConfig, data["pilot"]),
-        figure_note=data["figure_note"],
-        strict=data["strict"],
-        source=source,
+        figure_note=data["figure_note"], strict=data["strict"], source=source,
     )
 
 
