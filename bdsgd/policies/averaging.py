@@ -96,6 +96,8 @@ class Averaged(Predictor):
         self.share_forgetting = share_forgetting
         # forgetting 1 is the plain posterior: no share
         self.shares = np.unique([0.0, 1 - forgetting])  # gamma_g
+        with np.errstate(divide="ignore"):  # log 0 = -inf: the copy without a share
+            self._log_share = np.log(self.shares / len(components))[:, None]
         self.log_w = np.zeros((len(self.shares), len(components)))  # (G, K)
         self.log_v = np.zeros(len(self.shares))  # (G,)
         self.ready: dict[str, np.ndarray] | None = None  # this iteration's forecasts
@@ -126,9 +128,7 @@ class Averaged(Predictor):
             self.log_w = self.forgetting * self.log_w + log_score(m, obs, self.scale)
             # w <- (1 - gamma) w + gamma / K, in logs: no share leaves w normalised, not 0
             log_w = self.log_w - logsumexp(self.log_w, axis=1, keepdims=True)
-            with np.errstate(divide="ignore"):
-                floor = np.log(self.shares / len(self.components))[:, None]  # -inf: no share
-            self.log_w = np.logaddexp(np.log1p(-self.shares)[:, None] + log_w, floor)
+            self.log_w = np.logaddexp(np.log1p(-self.shares)[:, None] + log_w, self._log_share)
         for component in self.components.values():
             component.observe(obs)
         self.ready = None
