@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.special import logsumexp
 
 from bdsgd.cluster.cutoff import Observation
-from bdsgd.policies.averaging import Averaged, log_score
+from bdsgd.policies.averaging import Averaged, log_score, log_sum_exp
 
 SCALE = 0.03
 
@@ -157,6 +158,16 @@ def test_without_forgetting_there_is_no_share_and_a_weight_may_reach_nought():
     for t in range(3):
         avg.observe(observation(np.ones(n), n, t))
     assert avg.weights == {"off": 0.0, "on": 1.0}
+
+
+def test_the_weights_log_normaliser_is_scipys_to_the_last_bit():
+    # the averaging's weights, and every decision after them, are those scipy's logsumexp gives
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 50, (500, 2, 3))
+    a[::3, :, 1] = a[::3, :, 0]  # ties at the largest
+    a[1::3, 0, 2] = -np.inf  # a weight at nought
+    for rows in a:
+        assert np.array_equal(log_sum_exp(rows), logsumexp(rows, axis=1, keepdims=True))
 
 
 def test_the_forecast_is_the_weighted_mixture_of_the_components():
