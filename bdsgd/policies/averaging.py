@@ -77,8 +77,9 @@ def log_score(expected: np.ndarray, obs: Observation, scale: float) -> float | n
 
 def log_sum_exp(a: np.ndarray) -> np.ndarray:
     """log sum_k exp a_k over the last axis of ``a`` (G, K), kept as (G, 1): scipy's logsumexp,
-    term for term (the largest taken out, the rest through log1p), at a twentieth of its cost
-    on arrays this small."""
+    term for term (the largest taken out, the rest through log1p), so the weights are the same
+    to the last bit, without its array-API dispatch, which costs more than the sum on a (2, 2)
+    array every decision (benchmarks/results.md, "bench_decision.py")."""
     top = a.max(axis=-1, keepdims=True)
     tied = a == top
     ties = tied.sum(axis=-1, keepdims=True)
