@@ -59,8 +59,7 @@ Inference (amortised, filtering online). The cluster part is a learnt recursion,
     q(g_t) = N(mu^g_t, diag sigma^g_t^2) = Combiner(A mu^g_{t-1} + b, h_t)
 
 with c = 1 for a worker cut off at tau. The worker part, C and B are filtered exactly given g
-(``filtering``: assumed-density filtering of u, two-state forward filters of C and B), a cut
-worker at its own lower bound where the server has one (``filtering.filter_step``).
+(``filtering``: assumed-density filtering of u, two-state forward filters of C and B).
 
 Objective. The worker part is integrated out (Rao-Blackwellised), so per iteration the model
 scores the one-step predictive of u together with q(g_t):
