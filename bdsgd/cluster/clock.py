@@ -25,11 +25,9 @@ The server measures each worker's run-time from its own start (its parameters' s
 a worker that was finishing a stale gradient), as the real server does (``bdsgd.distributed``):
 the policy learns the run-times a trace records, while the cutoff waits for arrivals. Measured
 from the iteration's start instead, a cut worker's late start would read as slowness and have it
-cut again, iteration after iteration, on a cluster with no straggler (docs/decisions.md). So a
-cut worker's bound is the time it has spent on the gradient it is computing by the cutoff
-(``Observation.bounds``), not tau_t, a bound on its arrival: tau_t - d_t,w for one that started
-this iteration's late, and for one still finishing an older gradient the time since that one's
-start, which exceeds tau_t.
+cut again, iteration after iteration, on a cluster with no straggler (docs/decisions.md). A cut
+worker is censored at tau_t, a bound on its arrival: for one that started late, its own run-time
+is only known to exceed tau_t - d_t,w.
 
 **Worker-time.** An iteration of duration D_t offers n D_t worker-seconds. Worker w computes for
 min(a_t,w, D_t) of them: its x_t,w is useful if its gradient is applied; the rest of its
@@ -57,7 +55,6 @@ class SyncClock:
             raise ValueError(f"unknown late mode {late!r}; choose from {LATE}")
         self.comm, self.late = comm, late
         self.busy = np.zeros(n)  # d_t,w
-        self.now, self.start = 0.0, np.zeros(n)  # iteration t's start, each worker's gradient's
         self.worker_s = np.zeros(3)  # worker-seconds (useful, wasted, idle) so far
 
     def iteration(self, t: int, x: np.ndarray, c: int) -> Observation:
@@ -71,18 +68,13 @@ class SyncClock:
         self.worker_s += (useful, computing.sum() - useful, (obs.duration - computing).sum())
         if self.late == "abandon":
             return obs
-        tau = obs.cutoff_time
-        spent = np.where(self.busy < tau, tau - self.busy, self.now + tau - self.start)
         # a worker busy with a stale gradient all through the iteration never started this one's
         started = self.busy < obs.duration
-        self.start = np.where(started, self.now + self.busy, self.start)
         self.busy = np.where(started, np.maximum(arrival - obs.duration, 0.0),
                              self.busy - obs.duration)
-        self.now += obs.duration
         late = ~obs.accepted & (arrival <= obs.duration)
         seen = np.where(late | obs.accepted, x, np.nan)
-        return Observation(obs.t, obs.cutoff, seen, tau, obs.comm_s, late,
-                           np.where(np.isnan(seen), spent, np.nan))
+        return Observation(obs.t, obs.cutoff, seen, obs.cutoff_time, obs.comm_s, late)
 
 
 def replay_cutoffs(runtimes: np.ndarray, cutoffs: np.ndarray, comm,

@@ -7,8 +7,6 @@ An iteration with cutoff c_t ends at D_t(c_t), the network's time for its sorted
 iteration (a number, or comm(c) for c = 1..n) added to x_t,(c). The server sees the accepted
 workers' run-times and, for the rest, only that they ran longer than tau_t = x_t,(c_t)
 (censored): ``observation`` builds that view, and no policy ever receives a censored value.
-Where a worker's work did not start with the iteration (late workers that finish, the clock's
-and the real server's), its own bound differs from tau_t (``Observation.bounds``).
 
 Throughput of a cutoff sequence (c_t) on run-times x: R(c) = sum_t c_t / sum_t D_t(c_t).
 
@@ -37,10 +35,6 @@ import numpy as np
 
 from bdsgd.cluster.network import durations
 
-# A cut worker's own bound is read as at least this share of tau_t: a smaller one says nothing a
-# run-time could contradict, and its readers take its log.
-BOUND_FLOOR = 0.05
-
 
 @dataclass(frozen=True)
 class Observation:
@@ -54,9 +48,6 @@ class Observation:
     # (n,) the workers cut whose gradient still arrived before the next decision (late workers
     # that finish, ``bdsgd.cluster.clock``): their run-times are in ``runtimes``, their gradients unused
     late: np.ndarray | None = None
-    # (n,) each cut worker's own lower bound on its run-time, NaN for the rest: the time it has
-    # spent by the cutoff on the gradient it is computing; None: tau_t for every cut worker
-    bounds: np.ndarray | None = None
 
     # Each view below is computed once and shared, read-only, by every reader of the observation
     # (a policy's predictors each read it in the decision).
@@ -69,14 +60,6 @@ class Observation:
     def seen(self) -> np.ndarray:
         """The known run-times, ascending."""
         return _frozen(np.sort(self.runtimes[self.observed]))
-
-    @cached_property
-    def at_least(self) -> np.ndarray:
-        """(n,) each worker's run-time where the server knows it, else the lower bound it has on
-        it: its own (``bounds``), at least BOUND_FLOOR tau_t, or tau_t."""
-        bound = self.cutoff_time if self.bounds is None else np.maximum(
-            self.bounds, BOUND_FLOOR * self.cutoff_time)
-        return _frozen(np.where(self.observed, self.runtimes, bound))
 
     @property
     def accepted(self) -> np.ndarray:

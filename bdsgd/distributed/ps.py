@@ -116,7 +116,7 @@ class ParameterServer:
         self.message = torch.zeros(self.size + 2)  # [PARAMS, t, theta, padding]
         self.message[1] = -1  # t: none yet
         self.sent_at: dict[tuple[int, int], float] = {}  # (worker, t) -> its parameters' send
-        self.stale, self.seen, self.loss = 0, 0, math.nan  # seen: samples applied (lr_schedule)
+        self.stale, self.seen = 0, 0  # seen: samples applied (train.lr_schedule)
         self.observed: list[Observation] = []  # what the policy saw, for a resumed policy
         self.ckpt = Path(f"{Path(job.json).with_suffix('')}.checkpoint.pt")
 
@@ -196,8 +196,8 @@ class ParameterServer:
                 return rank, msg, arrived
 
     # ------------------------------------------------------------------------- iteration
-    def iteration(self, t: int, c: int) -> Observation:
-        """Run iteration t with cutoff c: send, collect, apply; its mean loss in ``self.loss``."""
+    def iteration(self, t: int, c: int) -> tuple[Observation, float]:
+        """Run iteration t with cutoff c: send, collect, apply. (observation, mean loss)."""
         t0 = time.perf_counter()
         late = self.job.late == "abandon"
         # abandon: the busy ones drop their work
@@ -233,16 +233,12 @@ class ParameterServer:
                 if not late and rank not in self.busy:
                     self._send([rank], t)
         # the policy sees each worker's run-time from its own start, as the virtual clock's server
-        # does; the cutoff time is the c-th arrival from the iteration's start, and a live cut
-        # worker's bound the time since it was sent what it computes (a dead one's: tau)
+        # does; the cutoff time is the c-th arrival from the iteration's start
         tau = max(arrived.values(), default=0.0)
         seen = np.full(self.n, np.nan)
         for w in arrived:
             seen[w] = self.runtimes[t, w]
         cut = np.isnan(seen)
-        bounds = np.where(cut, tau, np.nan)
-        for rank in self.live & set(np.flatnonzero(cut) + 1):
-            bounds[rank - 1] = t0 + tau - self.sent_at[rank, self.sent[rank]]
         self.runtimes[t, cut], self.censored[t, cut] = tau, True
         c_real = len(rnd.accepted)
         b = self.tc.batch_size
@@ -252,10 +248,10 @@ class ParameterServer:
             group["lr"] = lr
         grads = (total[:self.params] / c_real).to(self.device)
         apply_gradient(self.model, self.optimizer, _unflatten(grads, self.model))
-        self.loss = float(np.mean([float(m[2]) for m in rnd.accepted.values()]))
+        loss = float(np.mean([float(m[2]) for m in rnd.accepted.values()]))
         for w, m in rnd.accepted.items():
             self.free[w + 1].put(m)
-        return Observation(t, c_real, seen, tau, bounds=bounds)
+        return Observation(t, c_real, seen, tau), loss
 
     # ----------------------------------------------------------------------------- run
     def run(self) -> dict:
@@ -270,7 +266,8 @@ class ParameterServer:
                                task=job.task, trace=self.cfg.train_traces()[0], seed=job.seed)
         wall0 = time.perf_counter() - wall_before
         for t in range(start, job.iterations):
-            step = server.step(lambda c, t=t: self.iteration(t, c))
+            loss: list[float] = []
+            step = server.step(lambda c, t=t, loss=loss: _keep(self.iteration(t, c), loss))
             done = t + 1
             accuracy = math.nan
             if done % tc.eval_every == 0 or done == job.iterations:
@@ -279,7 +276,7 @@ class ParameterServer:
                 wall0 += time.perf_counter() - evaluating  # not charged, as in the virtual trainer
             rows.append({"iteration": done, "wall_time_s": time.perf_counter() - wall0,
                          "cutoff": step.obs.cutoff, "iteration_time_s": step.obs.cutoff_time,
-                         "lr": self.optimizer.param_groups[0]["lr"], "train_loss": self.loss,
+                         "lr": self.optimizer.param_groups[0]["lr"], "train_loss": loss[0],
                          "live_workers": len(self.live), "stale": self.stale,
                          "decision_s": step.policy_s, "test_accuracy": accuracy})
             tracking.log(wandb, rows[-1], done)
@@ -315,8 +312,7 @@ class ParameterServer:
                  "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  **arrays, "stale": self.stale, "dead": json.dumps(self.dead),
                  "obs_cutoff": [o.cutoff for o in obs], "obs_tau": [o.cutoff_time for o in obs],
-                 **{f"obs_{k}": torch.from_numpy(np.array([getattr(o, k) for o in obs]))
-                    for k in ("runtimes", "bounds")}}
+                 "obs_runtimes": torch.from_numpy(np.array([o.runtimes for o in obs]))}
         write_with(self.ckpt, lambda tmp: torch.save(state, tmp))
 
     def _resume(self) -> dict | None:
@@ -340,8 +336,7 @@ class ParameterServer:
             self.runtimes, self.censored = state["runtimes"].numpy(), state["censored"].numpy()
             self.compute = state["compute"].numpy()
             self.stale, self.dead = state["stale"], json.loads(state["dead"])
-            observed = [Observation(t, c, state["obs_runtimes"][t].numpy(), tau,
-                                    bounds=state["obs_bounds"][t].numpy()) for t, (c, tau)
+            observed = [Observation(t, c, state["obs_runtimes"][t].numpy(), tau) for t, (c, tau)
                         in enumerate(zip(state["obs_cutoff"], state["obs_tau"], strict=True))]
             done = len(state["rows"])
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
@@ -388,6 +383,12 @@ class ParameterServer:
               f"{result['gradients_per_s']:.1f} gradients/s, dead workers "
               f"{[d['worker'] for d in self.dead]} -> {out}")
         return result
+
+
+def _keep(result: tuple[Observation, float], loss: list) -> Observation:
+    obs, mean_loss = result
+    loss.append(mean_loss)
+    return obs
 
 
 def _unflatten(vector: torch.Tensor, model) -> list[torch.Tensor]:

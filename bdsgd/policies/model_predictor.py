@@ -25,10 +25,9 @@ from bdsgd.runtime_model.transition import TwoStateChain
 class ModelPredictor(Predictor):
     """Online posterior predictive of the next iteration's run-times from censored observations.
 
-    ``observe`` runs one filtering step on what the server saw (accepted run-times, and for the
-    rest tau and each one's own bound, ``filtering.filter_step``); ``expected_order_stats`` sorts
-    S joint draws of x_{t+1} and averages them, with S at least ``samples`` (default: the model
-    config's) and at least DRAW_BUDGET / n (``draw_count``).
+    ``observe`` runs one filtering step on what the server saw (accepted run-times, and tau for
+    the rest); ``expected_order_stats`` sorts S joint draws of x_{t+1} and averages them, with S
+    at least ``samples`` (default: the model config's) and at least DRAW_BUDGET / n (``draw_count``).
     ``online`` (every, window, learning rate): the model goes on learning from what it observes
     (``OnlineFit``; every 0: it does not). ``compile`` puts the filtering step and the draws
     through torch.compile.
@@ -72,7 +71,7 @@ class ModelPredictor(Predictor):
         forecast = torch.compile(self.model.forecast, dynamic=False)
         with torch.inference_mode():
             x = torch.ones(1, self.model.n_workers)
-            step(self.state, x, x < 0, self.params, x)
+            step(self.state, x, x < 0, self.params)
             forecast(self.state, self.model.noise(self.samples, torch.Generator()), self.params)
         self.step, self.forecast = step, forecast
 
@@ -81,13 +80,11 @@ class ModelPredictor(Predictor):
         seen = torch.as_tensor(obs.runtimes, dtype=torch.float32)
         censored = seen.isnan()
         x = torch.where(censored, obs.cutoff_time, seen) / self.model.scale_s
-        bound = torch.tensor(obs.at_least, dtype=torch.float32) / self.model.scale_s  # a copy
         self.cut = censored.numpy()
         if self.impute:
             x, censored = impute(x, censored, self.generator), torch.zeros_like(censored)
-            bound = x
         before, self.state = self.state, self.step(self.state, x[None], censored[None],
-                                                   self.params, bound[None])
+                                                   self.params)
         if self.online is not None:
             learnt = self.online.record(x[None], censored[None], before)
             if learnt is not None:

@@ -192,12 +192,11 @@ class PerWorkerLevel(Predictor):
     deviations came true, and a joint bootstrap of recent forecast errors.
 
     With y_t,i = log x_t,i and level m_t,i, a worker's value at iteration t is y_t,i if it was
-    accepted, and if it was cut the pseudo-observation y'_t,i = max(m_t-1,i, log b_t,i): it ran
-    longer than its bound b_t,i (tau_t, or the time it had spent on its gradient where it did not
-    start with the iteration: ``Observation.at_least``), and it stays at least as slow as it was
-    believed (y'_t,i = y_t,i for an accepted one). The level moves to
+    accepted, and if it was cut the pseudo-observation y'_t,i = max(m_t-1,i, log tau_t): it ran
+    longer than tau_t, and it stays at least as slow as it was believed (y'_t,i = y_t,i for an
+    accepted one). The level moves to
       m_t,i = m_t-1,i + alpha (y'_t,i - m_t-1,i)  (accepted),   m_t,i = y'_t,i  (cut),
-    so a cut never lowers a level and lifts it to at least log b_t,i. alpha = 1 - 2^(-1/h) for a
+    so a cut never lowers a level and lifts it to at least log tau_t. alpha = 1 - 2^(-1/h) for a
     half-life of h iterations (``ewma``); alpha = 1 (``persist``) makes m_t the last value.
 
     A level is a noisy estimate: where a worker's slowness has no memory, the slowest level is
@@ -228,13 +227,13 @@ class PerWorkerLevel(Predictor):
     is that bootstrap's expectation exactly, over its W equally likely vectors: W x n numbers
     and no Monte Carlo draws, whose noise the rule's argmax would exploit (``draw_count``).
 
-    A cut worker's error is unknown: only y_s,i > log b_s,i. It enters the pool at the least
-    error consistent with that and with the forecast, max(log b_s,i - mu_s-1,i, 0), so every
+    A cut worker's error is unknown: only y_s,i > log tau_s. It enters the pool at the least
+    error consistent with that and with the forecast, max(log tau_s - mu_s-1,i, 0), so every
     vector stays whole (dropping the entry would break the joint draw). On a trace where one
     worker is always cut, its errors are 0: it is forecast where it was forecast, as slow as its
     level and beta allow. Imputing at the bound itself (negative for a worker forecast slower
-    than it) would instead forecast it at its bound, as fast as the c-th worker where that is
-    tau, and the rule would wait for it again (docs/decisions.md). The price: an always-cut worker's spread is
+    than tau) would instead forecast it at the cutoff time, as fast as the c-th worker, and the
+    rule would wait for it again (docs/decisions.md). The price: an always-cut worker's spread is
     taken as none, and a cut worker that is faster than forecast is not seen to be, until it
     beats the cutoff again and its value is observed.
     """
@@ -288,8 +287,8 @@ class PerWorkerLevel(Predictor):
         self.mu = self.level + self.beta * np.where(inside, deviation, 0.0)
 
     def observe(self, obs: Observation) -> None:
-        # accepted: the log run-time; cut: the log of its lower bound
-        y = np.log(obs.at_least)
+        # accepted: the log run-time; cut: log tau, the lower bound
+        y = np.log(np.where(obs.observed, obs.runtimes, obs.cutoff_time))
         self.expected = None
         if self.level is None:
             self.level, self.seen = y, obs.observed  # a cut worker starts at its lower bound

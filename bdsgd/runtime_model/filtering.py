@@ -39,18 +39,16 @@ class FilterState:
 
 def filter_step(inference: InferenceNetwork, transition: Transition, emitter: Emitter,
                 nodes: Nodes, params: StepParameters, s: FilterState, x: torch.Tensor,
-                censored: torch.Tensor, bound: torch.Tensor | None = None) -> FilterState:
+                censored: torch.Tensor) -> FilterState:
     """q(z_t | x_{1:t}) from q(z_{t-1} | x_{1:t-1}) ``s`` and x_t (B, n), normalised; where
     ``censored``, x holds the cutoff time tau~ instead. g's part is the inference network's at
     the transition's prior mean, u's, C's and B's ``worker_update`` through
-    ``predictive_mixture`` at g = mu^g_t. ``bound``: x with each censored worker's own lower
-    bound in place of tau~ (``Observation.at_least``), which its own update reads; the inference
-    network reads tau~, as training censors it."""
+    ``predictive_mixture`` at g = mu^g_t."""
     h = inference.summarise(s.h, x.log(), censored, params.phi_e)
     mu_g, var_g = inference.combine_g(transition.predict_g(s.mu_g, s.var_g)[0], h)
     mix = predictive_mixture(emitter, nodes, params, s, mu_g)
-    v = emitter.space(x if bound is None else bound)
-    mu_u, var_u, _, p_c, p_b = worker_update(mix, v, censored, nodes, params.log_w_j)
+    mu_u, var_u, _, p_c, p_b = worker_update(mix, emitter.space(x), censored, nodes,
+                                             params.log_w_j)
     return FilterState(h, mu_g, var_g, mu_u, var_u, p_c, p_b)
 
 

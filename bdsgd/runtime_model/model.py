@@ -71,12 +71,11 @@ class RuntimeModel(nn.Module):
                               self.inference.project(self.embedding))
 
     def step(self, s: FilterState, x: torch.Tensor, censored: torch.Tensor,
-             params: StepParameters | None = None,
-             bound: torch.Tensor | None = None) -> FilterState:
+             params: StepParameters | None = None) -> FilterState:
         """One filtering step (``filtering.filter_step``). ``params``: ``step_parameters()``,
         when the caller has them already (the policy's predictor)."""
         return filter_step(self.inference, self.transition, self.emitter, self.nodes,
-                           params or self.step_parameters(), s, x, censored, bound)
+                           params or self.step_parameters(), s, x, censored)
 
     def log_likelihood(self, mix: Mixture, x: torch.Tensor, censored: torch.Tensor,
                        params: StepParameters) -> torch.Tensor:

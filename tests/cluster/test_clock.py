@@ -14,7 +14,7 @@ import pytest
 
 from bdsgd.cluster.clock import SyncClock, replay_cutoffs
 from bdsgd.cluster.compute import Compute
-from bdsgd.cluster.cutoff import BOUND_FLOOR, Observation, hindsight_optimum, throughput
+from bdsgd.cluster.cutoff import hindsight_optimum, throughput
 from bdsgd.cluster.network import Network
 from bdsgd.cluster.schedules import arrivals
 from bdsgd.cluster.server import replay
@@ -160,46 +160,6 @@ def test_an_iteration_under_finish_by_hand():
     second = clock.iteration(1, np.array([1.0, 1.0, 1.0]), 3)
     assert second.cutoff_time == 2.5 and second.duration == 3.0
     np.testing.assert_array_equal(second.runtimes, [1.0, 1.0, 1.0])
-
-
-def test_a_cut_workers_bound_is_the_time_spent_on_its_gradient_by_hand():
-    """Worker 1 (1.5) is cut at tau = 1 and starts its next gradient (2.0) 0.5 late: cut again
-    at tau = 1, it is known to exceed 0.5, not tau; cut a third time while still on that
-    gradient, it has spent 1.5 on it, more than tau. Under abandon every cut worker's bound is
-    tau."""
-    clock = SyncClock(np.zeros(2), 2, "finish")
-    first = clock.iteration(0, np.array([1.0, 1.5]), 1)
-    np.testing.assert_array_equal(first.at_least, [1.0, 1.0])
-    second = clock.iteration(1, np.array([1.0, 2.0]), 1)
-    np.testing.assert_array_equal(second.bounds, [np.nan, 0.5])
-    third = clock.iteration(2, np.array([1.0, 1.0]), 1)
-    np.testing.assert_array_equal(third.at_least, [1.0, 1.5])
-    abandon = SyncClock(np.zeros(2), 2, "abandon")
-    assert all(abandon.iteration(t, np.array([1.0, 1.5 + t]), 1).bounds is None for t in range(3))
-
-
-def test_a_bound_near_zero_is_read_as_a_share_of_tau():
-    obs = Observation(0, 1, np.array([1.0, np.nan, np.nan]), 2.0,
-                      bounds=np.array([np.nan, 1e-6, 3.0]))
-    np.testing.assert_array_equal(obs.at_least, [1.0, BOUND_FLOOR * 2.0, 3.0])
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_a_cut_workers_bound_never_exceeds_the_gradient_it_is_on(seed):
-    """Under finish, on heavy-tailed run-times with cuts, each cut worker's bound is at most the
-    run-time of the gradient it is computing and more than what is left of its earlier work."""
-    rng = np.random.default_rng(seed)
-    x = rng.lognormal(0.0, 0.8, (60, 6))
-    clock, owed = SyncClock(np.zeros(6), 6, "finish"), np.full(6, np.nan)
-    for t in range(60):
-        busy = clock.busy.copy()
-        obs = clock.iteration(t, x[t], int(rng.integers(2, 6)))
-        cut = ~obs.observed
-        # the gradient each worker is on at the cutoff: this one's, or (still busy) an older one
-        on = np.where(busy < obs.cutoff_time, x[t], owed)
-        assert np.all(obs.bounds[cut] <= on[cut] + 1e-9), t
-        assert np.all(obs.bounds[cut] > 0) and np.isnan(obs.bounds[~cut]).all()
-        owed = np.where(busy < obs.duration, x[t], owed)
 
 
 def test_a_recorded_run_replayed_with_its_cutoffs_by_hand():

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bdsgd.cluster.cutoff import Observation, observation
+from bdsgd.cluster.cutoff import observation
 from bdsgd.cluster.server import replay
 from bdsgd.config import default_config
 from bdsgd.policies.build import make_policy, warm_up
@@ -66,16 +66,6 @@ def test_a_cut_never_lowers_a_level_and_lifts_it_to_the_cutoff(alpha, pull):
     predictor.level[:] = np.log([1.0, 1.0, 1.0, 1.0, 1.0, 9.0])
     predictor.observe(observation(30, np.array([1.0, 1.1, 1.2, 1.3, 1.4, 20.0]), 5, 0.0))
     assert predictor.level[5] == pytest.approx(np.log(9.0))
-
-
-def test_a_cut_workers_level_is_lifted_to_its_own_bound():
-    """A cut worker whose own bound (the time spent on its gradient) is below tau is lifted to
-    that bound, not to tau; one whose bound exceeds tau, to its bound."""
-    predictor = PerWorkerLevel(3, 0.5, 10)
-    predictor.observe(observation(0, np.ones(3), 3, 0.0))
-    seen = np.array([1.0, np.nan, np.nan])
-    predictor.observe(Observation(1, 1, seen, 2.0, bounds=np.array([np.nan, 1.5, 4.0])))
-    np.testing.assert_allclose(predictor.level, np.log([1.0, 1.5, 4.0]))
 
 
 @pytest.mark.parametrize("pull", PULLS)

@@ -282,23 +282,6 @@ def test_observation_with_all_but_one_censored_is_handled(trained):
     assert np.isfinite(pred.expected_order_stats()).all()
 
 
-def test_a_cut_workers_own_bound_moves_only_its_own_belief(trained):
-    """Censored at its own bound, below tau, a cut worker is believed faster than censored at
-    tau; the other workers' beliefs and the cluster state, which the inference network reads
-    at tau, stay as they were."""
-    seen = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, np.nan, np.nan])
-    beliefs = []
-    for bounds in (None, np.array([np.nan] * 6 + [0.3, 2.0])):
-        pred = ModelPredictor(load_model(trained), samples=8)
-        pred.observe(Observation(t=0, cutoff=6, runtimes=seen, cutoff_time=2.0, bounds=bounds))
-        beliefs.append(pred.state)
-    tau, own = beliefs
-    assert own.mu_u[0, 6] < tau.mu_u[0, 6]
-    torch.testing.assert_close(own.mu_u[0, 7], tau.mu_u[0, 7])
-    torch.testing.assert_close(own.mu_u[0, :6], tau.mu_u[0, :6])
-    torch.testing.assert_close(own.mu_g, tau.mu_g)
-
-
 def regime_weights(p_j, p_r, p_stall, p_short):
     """P(component) of the nine, regime-major (stay, jump, reset) x (normal, long stall, short
     stall)."""
