@@ -4,9 +4,9 @@ A decision is everything the parameter server does per iteration with a policy o
 model (``LATENCY_POLICIES``): one filtering step on the censored observation (``observe``), S
 joint predictive draws sorted into E[x_(c)] (``expected_order_stats``), and the decision rule;
 averaged, also the simple predictors' updates and forecasts and the scores of their last ones.
-Every ``policies.online_every`` iterations the model's step of learning while serving is timed
-apart (``idle ms``: its cost per iteration), as the parameter server takes it while the workers
-compute (``Policy.idle``); a replay takes it in the decision, which adds it to the mean.
+The model's step of learning while serving (every ``policies.online_every`` iterations) and the
+next decision's random numbers are timed apart (``idle ms``: their cost per iteration), as the
+parameter server and a replay take them while the workers compute (``Policy.idle``).
 Targets: p50 <= 1 ms at 158 workers and <= 10 ms at 2,048. Workers sit on nodes of 4 (the
 node-shared jump regime). Each n is timed eager and with the filtering step and the draws
 compiled (``policies.compile``; the time to build the policy, which compiles them, and its first

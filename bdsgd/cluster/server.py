@@ -81,8 +81,15 @@ class Server:
 
     def step_trace(self, t: int, runtimes: np.ndarray, clock: SyncClock) -> Step:
         """An iteration whose run-times are known in advance (a trace row), on the virtual
-        clock: the server sees the c first arrivals and, for the rest, only the cutoff time."""
-        return self.step(lambda c: clock.iteration(t, runtimes, c))
+        clock: the server sees the c first arrivals and, for the rest, only the cutoff time.
+        The policy's idle work is done as the iteration runs, untimed: a real server does it
+        while the workers compute (``bdsgd.distributed.ps``)."""
+
+        def run(c: int) -> Observation:
+            self.policy.idle()
+            return clock.iteration(t, runtimes, c)
+
+        return self.step(run)
 
 
 def catch_up(policy: Policy, runtimes: np.ndarray, cutoffs: Sequence[int], clock: SyncClock,

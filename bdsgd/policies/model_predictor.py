@@ -50,6 +50,7 @@ class ModelPredictor(Predictor):
             self._use(model.step_parameters())
         self.node_of = model.nodes.index.numpy()  # each worker's node
         self.noise = None  # this iteration's random numbers, once drawn
+        self.ahead = None  # the next iteration's, drawn while the server waited
         self.cached: torch.Tensor | None = None  # the draws made of them
         self.sorted: np.ndarray | None = None  # each draw sorted, (S, n)
         self.expected: np.ndarray | None = None  # and their mean
@@ -92,9 +93,15 @@ class ModelPredictor(Predictor):
         self.noise = self.cached = self.sorted = self.expected = None
 
     def idle(self) -> None:
-        """Learning while serving's step, taken early (``OnlineFit.idle``)."""
+        """Learning while serving's step, taken early (``OnlineFit.idle``), and the next
+        decision's random numbers: they do not depend on what the server will observe. Not under
+        imputation, which draws from the same generator as it observes: which numbers each got
+        would then depend on whether the server had time to call this."""
         if self.online is not None:
             self.online.idle()
+        if self.ahead is None and not self.impute:
+            with torch.inference_mode():
+                self.ahead = self.model.noise(self.samples, self.generator)
 
     @torch.inference_mode()
     def draws(self) -> torch.Tensor:
@@ -102,7 +109,9 @@ class ModelPredictor(Predictor):
         until the next observation, so a forecast and the averaging's score of it read one
         sample."""
         if self.cached is None:
-            self.noise = self.model.noise(self.samples, self.generator)
+            if self.ahead is None:
+                self.ahead = self.model.noise(self.samples, self.generator)
+            self.noise, self.ahead = self.ahead, None
             self.cached = self.forecast(self.state, self.noise, self.params)
         return self.cached
 

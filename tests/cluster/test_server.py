@@ -24,16 +24,20 @@ class FakeClock:
 
 
 class Slow(Policy):
-    """A policy whose choose takes 0.5 s and observe 0.25 s on the fake clock."""
+    """A policy whose choose takes 0.5 s, idle 2 s and observe 0.25 s on the fake clock."""
 
     name = "slow"
 
     def __init__(self, clock, c=2):
-        self.clock, self.c, self.seen = clock, c, []
+        self.clock, self.c, self.seen, self.idled = clock, c, [], 0
 
     def choose(self):
         self.clock.advance(0.5)
         return self.c
+
+    def idle(self):
+        self.clock.advance(2.0)
+        self.idled += 1
 
     def observe(self, obs):
         self.clock.advance(0.25)
@@ -59,6 +63,13 @@ def test_a_step_charges_choose_and_observe_but_not_the_iteration(clock):
     assert step.policy_ns == 750_000_000 and step.policy_s == pytest.approx(0.75)
     assert step.obs.cutoff == 2 and step.obs.cutoff_time == 2.0
     assert policy.seen == [step.obs]  # the policy observed what the server saw
+
+
+def test_an_iteration_on_the_virtual_clock_does_the_idle_work_untimed(clock):
+    """Once an iteration, while the workers compute, as the parameter server does it."""
+    policy = Slow(clock)
+    step = Server(policy, 3).step_trace(0, np.array([3.0, 1.0, 2.0]), SyncClock(np.zeros(3), 3))
+    assert step.policy_ns == 750_000_000 and policy.idled == 1
 
 
 def test_a_cutoff_outside_one_to_n_is_refused(clock):

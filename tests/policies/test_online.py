@@ -3,6 +3,7 @@ observations it serves on, and so recovers from a change its training trace neve
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -101,22 +102,25 @@ def test_serving_and_learning_is_the_same_on_every_run(calm_model):
 def test_a_step_taken_while_the_server_waits_is_the_same_step(calm_model):
     """bdsgd as built for a server, asked to use its idle time (``Policy.idle``, as the
     parameter server does once it has sent the parameters) in some iterations: it takes the
-    period's step there instead of in the decision at the period's end, and decides as one
-    never asked."""
+    period's step there instead of in the decision at the period's end, and draws the next
+    decision's random numbers, and decides as one never asked."""
     cfg = default_config().policies
     cfg = dataclasses.replace(cfg, online_every=ONLINE[0], online_window=ONLINE[1])
     trace, _ = simulate(SimulateConfig(scenario="iid-heavy", workers=N, iterations=60), 4)
     plain = make_policy("bdsgd", N, cfg, model=calm_model)
     waiting = make_policy("bdsgd", N, cfg, model=calm_model)
-    fit = waiting.predictor.components["model"].online
+    model = waiting.predictor.components["model"]
+    fit = model.online
     taken = []
     step = fit.step
     fit.step = lambda seen: taken.append(fit.count) or step(seen)
     for t, row in enumerate(trace.runtimes):
         c = plain.choose()
         assert waiting.choose() == c
+        assert model.ahead is None  # the decision took the random numbers drawn ahead
         if t % 3:  # idle time in two iterations of three
             waiting.idle()
+            assert model.ahead is not None  # the next decision's, drawn while it waits
         plain.observe(observation(t, row, c, 0.0))
         waiting.observe(observation(t, row, c, 0.0))
     assert fit.steps > 10
@@ -131,3 +135,19 @@ def test_the_papers_bdsgd_serves_frozen_and_ours_learns(calm_model):
     cfg = dataclasses.replace(default_config().policies, online_every=ONLINE[0])
     assert make_policy("bdsgd-paper", N, cfg, model=calm_model).predictor.online is None
     assert make_policy("bdsgd-model", N, cfg, model=calm_model).predictor.online is not None
+
+
+def test_imputation_draws_no_random_numbers_ahead(calm_model):
+    """The paper's imputation draws from the predictor's generator as it observes: idle time
+    between a decision and the next observation draws nothing ahead, so that the forecasts are
+    those of a server that never had idle time."""
+    model = copy.deepcopy(calm_model)
+    model.config = dataclasses.replace(model.config, censoring="impute")
+    plain, waiting = ModelPredictor(model, seed=0), ModelPredictor(model, seed=0)
+    trace, _ = simulate(SimulateConfig(scenario="iid-heavy", workers=N, iterations=12), 5)
+    for t, row in enumerate(trace.runtimes):
+        assert np.array_equal(waiting.expected_order_stats(), plain.expected_order_stats())
+        waiting.idle()  # as the server does, after its decision and before it observes
+        assert waiting.ahead is None
+        for predictor in (plain, waiting):
+            predictor.observe(observation(t, row, N - 2, 0.0))
