@@ -24,9 +24,11 @@ import pytest
 import yaml
 
 # The session's runs and the tests share 2 cores with many processes: torch's idle OpenMP
-# threads sleep instead of spinning on a core another process needs (set before torch loads;
-# the runs and every command a test starts inherit it).
+# threads sleep instead of spinning on a core another process needs, and each process computes
+# on one thread, its small tensors gaining nothing from a second that another process is using
+# (set before torch loads; the runs and every command a test starts inherit both).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.distributed_jobs import run_distributed_jobs
 from tests.figure_results import render_results, results  # noqa: F401 (results: a fixture)
