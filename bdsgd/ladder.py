@@ -12,7 +12,9 @@ from the one it is compared with (``RUNGS``' ``against``) by one change:
     likelihood   log-normal and the censored likelihood
     rate         the rate rule argmax c - lambda E[x_(c)] in place of argmax c / E[x_(c)]
     margin       policies.min_gain
-    averaging    the model averaged with the simple predictors (``bdsgd``)
+    averaging    the model averaged with the simple predictors (``bdsgd``, uncalibrated)
+    calibration  the averaged forecast calibrated against the order statistics seen
+                 (policies.calibrate)
     prior        the model trained from the prior over clusters (the workflow's model.pt)
     learning     learning while serving: ``bdsgd`` as the workflow runs it
 
@@ -62,8 +64,10 @@ RUNGS = {
     "rate": Rung("+ rate rule", "bdsgd-model", "scratch", {"min_gain": 0.0, **FROZEN},
                  "likelihood"),
     "margin": Rung("+ margin", "bdsgd-model", "scratch", FROZEN, "rate"),
-    "averaging": Rung("+ averaging", "bdsgd", "scratch", FROZEN, "margin"),
-    "prior": Rung("+ prior", "bdsgd", "model", FROZEN, "averaging"),
+    "averaging": Rung("+ averaging", "bdsgd", "scratch", {"calibrate": False, **FROZEN},
+                      "margin"),
+    "calibration": Rung("+ calibration", "bdsgd", "scratch", FROZEN, "averaging"),
+    "prior": Rung("+ prior", "bdsgd", "model", FROZEN, "calibration"),
     "learning": Rung("+ learning while serving", "bdsgd", "model", {}, "prior"),
 }
 # R3's Gaussian against log-normal emission, all else equal: (log-normal, Gaussian)

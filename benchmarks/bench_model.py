@@ -146,7 +146,7 @@ def profile(n: int, iterations: int) -> None:
     torch.manual_seed(0)
     chosen = make_policy("bdsgd", n, POLICIES, model=RuntimeModel(CFG, n, node=np.arange(n) // 4))
     compiled = compiles(POLICIES.compile, n)
-    components = chosen.predictor.components
+    components = chosen.predictor.inner.components  # bdsgd's averaging, inside its calibration
     timed = _Timed()
     timed.wrap(components["model"], "step", "model: filtering step")
     timed.wrap(components["model"], "draws", "model: draws")
@@ -171,14 +171,14 @@ def profile(n: int, iterations: int) -> None:
     parts = dict(timed.seconds)
     parts["model: sort and mean of the draws"] = (parts.pop("model: forecast")
                                                   - parts["model: draws"])
-    parts["the rest (rule, bookkeeping)"] = total - sum(parts.values())
+    parts["the rest (calibration, rule, bookkeeping)"] = total - sum(parts.values())
     print(f"bdsgd, n = {n}, {'compiled' if compiled else 'eager'}, one core: "
           f"{total / iterations * 1e3:.3f} ms a decision (mean)")
     for label, seconds in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"  {label:38s} {seconds / iterations * 1e3:7.3f} ms {seconds / total:6.1%}")
     if compiled:
         chosen = make_policy("bdsgd", n, dataclasses.replace(POLICIES, compile=False),
-                             model=chosen.predictor.components["model"].model)
+                             model=components["model"].model)
     with _TorchCalls() as calls:
         chosen.observe(observation(len(x), x[-1], c, 0.0))
         chosen.choose()

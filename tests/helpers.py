@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.base import Predictor
 
 REPO = Path(__file__).resolve().parents[1]
@@ -229,6 +230,28 @@ class LastIteration(Predictor):
 
     def expected_order_stats(self):
         return self.expected
+
+
+class Fixed(Predictor):
+    """Test double of a predictor whose forecast of E[x_(1..n)] changes only when a test sets
+    ``expected``; it counts the observations it was shown."""
+
+    def __init__(self, expected: np.ndarray):
+        self.expected = np.sort(expected)
+        self.seen = 0
+
+    def expected_order_stats(self):
+        return self.expected
+
+    def observe(self, obs):
+        self.seen += 1
+
+
+def cut_observation(runtimes: np.ndarray, cutoff: int, t: int = 0) -> Observation:
+    """What a server sees when it stops at the c-th fastest: the rest are NaN, cut at tau."""
+    tau = np.sort(runtimes)[cutoff - 1]
+    seen = np.where(runtimes <= tau, runtimes, np.nan)
+    return Observation(t, cutoff, seen, float(tau))
 
 
 class Regimes:

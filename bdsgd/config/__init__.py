@@ -109,6 +109,8 @@ class PoliciesConfig:
     min_gain: float
     charge_lag: bool | tuple[str, ...]  # every predictive policy, none, or these
     pull: bool | tuple[str, ...]  # every per-worker predictor, none, or these policies'
+    calibrate: bool | tuple[str, ...]  # every predictive policy, none, or these
+    calibration_weight: float
     probe: bool
     static_backups: float
     window: int
@@ -365,8 +367,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
             AblationsConfig, data["throughput"]["ablations"])}),
         network=_sub(NetworkConfig, data["network"]),
         train=None if train is None else _sub(TrainConfig, train),
-        wandb=_sub(WandbConfig, data["wandb"]),
-        resources=_sub(ResourcesConfig, data["resources"]),
+        wandb=_sub(WandbConfig, data["wandb"]), resources=_sub(ResourcesConfig, data["resources"]),
         distributed=DistributedConfig({name: _sub(DistributedJob, job) for name, job
                                        in data["distributed"]["jobs"].items()}),
         pilot=_sub(PilotConfig, data["pilot"]),

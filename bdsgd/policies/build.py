@@ -211,6 +211,10 @@ def make_policy(name: str, n_workers: int, cfg: PoliciesConfig, *, rule: str | N
         return Scripted(name, [fixed_optimum(np.sort(runtimes, axis=1), comm)[0]])
     predictor = _predictor(name, n_workers, cfg, seed, model, truth, offset,
                            listed(cfg.pull, name))
+    if listed(cfg.calibrate, name) and need.learns and not need.paper:
+        from bdsgd.policies.calibration import Calibrated
+
+        predictor = Calibrated(predictor, cfg.rate_halflife, cfg.calibration_weight)
     # the margin is for a learnt forecast's errors; bayes, the ceiling, knows the true dynamics;
     # the paper's BDSGD has none
     min_gain = cfg.min_gain if need.learns and not need.paper else 0.0

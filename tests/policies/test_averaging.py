@@ -7,36 +7,15 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from bdsgd.cluster.cutoff import Observation
 from bdsgd.policies.averaging import Averaged, log_score, log_sum_exp
+from tests.helpers import Fixed, cut_observation
 
 SCALE = 0.03
 
 
-def observation(runtimes: np.ndarray, cutoff: int, t: int = 0) -> Observation:
-    """What a server sees when it stops at the c-th fastest: the rest are NaN, cut at tau."""
-    tau = np.sort(runtimes)[cutoff - 1]
-    seen = np.where(runtimes <= tau, runtimes, np.nan)
-    return Observation(t, cutoff, seen, float(tau))
-
-
-class Fixed:
-    """A component whose forecast of E[x_(1..n)] never changes."""
-
-    def __init__(self, expected: np.ndarray):
-        self.expected = np.sort(expected)
-        self.seen = 0
-
-    def expected_order_stats(self):
-        return self.expected
-
-    def observe(self, obs):
-        self.seen += 1
-
-
 def test_the_score_is_nought_at_the_truth_and_near_it_half_the_squared_log_error():
     x = np.array([1.0, 1.2, 1.5, 2.0])
-    full = observation(x, 4)
+    full = cut_observation(x, 4)
     assert log_score(x, full, SCALE) == 0.0
     # off by a factor e^s on every order statistic: about -1/2; by e^-2s: about -2
     assert log_score(x * np.exp(SCALE), full, SCALE) == pytest.approx(-0.5, rel=0.02)
@@ -50,7 +29,7 @@ def test_the_forecast_of_the_mean_scores_best_on_a_heavy_tail():
     y = np.random.default_rng(0).lognormal(0.0, 1.0, 20_000)
     forecasts = np.array([np.exp(0.5), 1.0, 1.3, 2.0])
     # the four forecasts stacked (4, 1): one call scores them all on an observation
-    scores = np.mean([log_score(forecasts[:, None], observation(np.array([v]), 1), SCALE)
+    scores = np.mean([log_score(forecasts[:, None], cut_observation(np.array([v]), 1), SCALE)
                       for v in y], axis=0)
     assert np.argmax(scores) == 0
 
@@ -59,7 +38,7 @@ def test_a_cut_worker_is_a_lower_bound():
     """All but the slowest accepted: the slowest only ran longer than tau. A forecast of x_(n)
     above tau agrees with that whatever its size; one below tau is wrong by log(tau / m)."""
     x = np.array([1.0, 1.1, 1.2, 4.0])
-    cut = observation(x, 3)  # tau = 1.2
+    cut = cut_observation(x, 3)  # tau = 1.2
     far_above = np.array([1.0, 1.1, 1.2, 40.0])
     assert log_score(far_above, cut, SCALE) == 0.0
     below = np.array([1.0, 1.1, 1.2, 1.2 * np.exp(-2 * SCALE)])
@@ -70,7 +49,7 @@ def test_workers_are_scored_as_order_statistics():
     """What decisions read is E[x_(c)]: a forecast that swaps two workers' speeds predicts the
     same order statistics, and scores the same."""
     x = np.array([1.0, 1.1, 1.2, 4.0])
-    obs = observation(x, 3)
+    obs = cut_observation(x, 3)
     forecast = np.array([4.2, 1.05, 1.1, 1.25])
     assert log_score(np.sort(forecast), obs, SCALE) == log_score(
         np.sort(forecast[[3, 1, 2, 0]]), obs, SCALE)
@@ -84,14 +63,14 @@ def test_weights_move_to_the_component_whose_forecasts_come_true():
     assert avg.weights == {"fast": 0.5, "slow": 0.5}
     rng = np.random.default_rng(2)
     for t in range(5):
-        avg.observe(observation(np.exp(rng.normal(0.0, 0.05, n)), n - 1, t))
+        avg.observe(cut_observation(np.exp(rng.normal(0.0, 0.05, n)), n - 1, t))
     # all the weight but at most the share, (1 - forgetting) / 2, stays with the other
     assert 0.995 - 1e-9 <= avg.weights["fast"] < 1 and fast.seen == slow.seen == 5
     np.testing.assert_allclose(avg.expected_order_stats(),
                                avg.weights["fast"] * 1.0 + avg.weights["slow"] * 3.0)
     # the cluster slows down: the weights follow within a few iterations
     for t in range(5, 15):
-        avg.observe(observation(3.0 * np.exp(rng.normal(0.0, 0.05, n)), n - 1, t))
+        avg.observe(cut_observation(3.0 * np.exp(rng.normal(0.0, 0.05, n)), n - 1, t))
     assert avg.weights["slow"] > 0.99
 
 
@@ -108,12 +87,12 @@ def test_a_component_one_iteration_sank_is_back_once_its_forecasts_are_the_bette
         lagging.expected, right.expected = np.ones(n), np.full(n, 1.5)
         avg = Averaged({"lagging": lagging, "right": right}, forgetting=forgetting,
                        scale=SCALE, share_forgetting=0.9)
-        avg.observe(observation(1.5 * np.exp(rng.normal(0.0, 0.02, n)), n))
+        avg.observe(cut_observation(1.5 * np.exp(rng.normal(0.0, 0.02, n)), n))
         weights[forgetting] = [avg.weights["lagging"]]
         # now the lagging one forecasts right, the other 10 % too slow
         lagging.expected, right.expected = np.full(n, 1.5), np.full(n, 1.5 * 1.1)
         for t in range(1, 6):
-            avg.observe(observation(1.5 * np.exp(rng.normal(0.0, 0.02, n)), n, t))
+            avg.observe(cut_observation(1.5 * np.exp(rng.normal(0.0, 0.02, n)), n, t))
         weights[forgetting].append(avg.weights["lagging"])
     assert 1e-3 < weights[0.99][0] <= 0.005
     assert weights[0.99][1] > 0.9
@@ -136,12 +115,12 @@ def test_a_share_whose_revivals_are_seen_wrong_is_held_back_for_a_stretch():
     t, kept = 0, []
     for _ in range(3):
         for _ in range(40):
-            avg.observe(observation(runtimes, n - 1, t))
+            avg.observe(cut_observation(runtimes, n - 1, t))
             t += 1
-        avg.observe(observation(runtimes, n, t))
+        avg.observe(cut_observation(runtimes, n, t))
         t += 1
     for _ in range(40):
-        avg.observe(observation(runtimes, n - 1, t))
+        avg.observe(cut_observation(runtimes, n - 1, t))
         t += 1
         alone = avg._mixing(avg.components)[shared, 0]  # the share's own weight of hopeful
         kept.append(avg.weights["hopeful"] / alone)
@@ -156,7 +135,7 @@ def test_without_forgetting_there_is_no_share_and_a_weight_may_reach_nought():
     avg = Averaged({"off": Fixed(np.full(n, 3.0)), "on": Fixed(np.ones(n))}, forgetting=1.0,
                    scale=SCALE, share_forgetting=1.0)
     for t in range(3):
-        avg.observe(observation(np.ones(n), n, t))
+        avg.observe(cut_observation(np.ones(n), n, t))
     assert avg.weights == {"off": 0.0, "on": 1.0}
 
 
@@ -188,11 +167,11 @@ def test_nothing_is_scored_until_every_component_predicts():
                    share_forgetting=0.9)
     np.testing.assert_allclose(avg.expected_order_stats(), ready.expected_order_stats())
     slower = 1.1 * np.ones(n)
-    avg.observe(observation(slower, n))
-    avg.observe(observation(slower, n, 1))
+    avg.observe(cut_observation(slower, n))
+    avg.observe(cut_observation(slower, n, 1))
     # both learnt, neither was scored
     assert not avg.log_w.any() and not avg.log_v.any()
-    avg.observe(observation(slower, n, 2))
+    avg.observe(cut_observation(slower, n, 2))
     assert avg.log_v.all()
     np.testing.assert_allclose(avg.log_w[:, 0], avg.log_w[:, 1])
 

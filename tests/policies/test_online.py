@@ -109,7 +109,7 @@ def test_a_step_taken_while_the_server_waits_is_the_same_step(calm_model):
     trace, _ = simulate(SimulateConfig(scenario="iid-heavy", workers=N, iterations=60), 4)
     plain = make_policy("bdsgd", N, cfg, model=calm_model)
     waiting = make_policy("bdsgd", N, cfg, model=calm_model)
-    model = waiting.predictor.components["model"]
+    model = waiting.predictor.inner.components["model"]
     fit = model.online
     taken = []
     step = fit.step

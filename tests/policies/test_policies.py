@@ -242,13 +242,13 @@ def test_policies_pull_names_the_policies_whose_per_worker_predictors_pull():
     """policies.pull: bdsgd's averaged persist by default, the baselines plain; a list names the
     policies, true every one, false none."""
     assert CFG.pull == ("bdsgd",)
-    assert build("bdsgd", 4, None, cfg=CFG).predictor.components["persist"].pull
+    assert build("bdsgd", 4, None, cfg=CFG).predictor.inner.components["persist"].pull
     assert not build("persist", 4, None, cfg=CFG).predictor.pull
     none = dataclasses.replace(CFG, pull=False)
-    assert not build("bdsgd", 4, None, cfg=none).predictor.components["persist"].pull
+    assert not build("bdsgd", 4, None, cfg=none).predictor.inner.components["persist"].pull
     assert build("persist", 4, None, cfg=dataclasses.replace(CFG, pull=True)).predictor.pull
     listed = dataclasses.replace(CFG, pull=("bdsgd",))
-    assert build("bdsgd", 4, None, cfg=listed).predictor.components["persist"].pull
+    assert build("bdsgd", 4, None, cfg=listed).predictor.inner.components["persist"].pull
     assert not build("persist", 4, None, cfg=listed).predictor.pull
     assert not build("ewma", 4, None, cfg=listed).predictor.pull
 
