@@ -27,9 +27,9 @@ import itertools
 import logging
 from pathlib import Path
 
-import matplotlib
+from bdsgd.plotting import use_agg
 
-matplotlib.use("Agg")
+use_agg()
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

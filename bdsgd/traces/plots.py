@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from bdsgd.plotting import use_agg
 
-matplotlib.use("Agg")
+use_agg()
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
