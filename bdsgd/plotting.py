@@ -25,8 +25,9 @@ SAVE_OPTIONS = {"png": {"dpi": DPI}, "pdf": {"dpi": DPI, "metadata": {"CreationD
 NOTE_STYLE = {"fontsize": 9, "color": "#b22222", "fontweight": "bold"}
 
 # Each axes title sits at a fixed place above its axes. matplotlib's default moves a title clear
-# of whatever is drawn above the axes, which no figure here has, and finding that out lays out
-# every axis again at each save.
+# of whatever is drawn above the axes, and finding that out lays out every axis again at each
+# save; the one figure with something there (the trace heat map's colour-bar arrow) places its
+# title itself.
 STYLE = {"axes.titley": 1.0}
 
 # The note every figure saved in a ``figure_note`` block carries (None: none). A context, so that
