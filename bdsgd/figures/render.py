@@ -27,7 +27,7 @@ import itertools
 import logging
 from pathlib import Path
 
-from bdsgd.plotting import use_agg
+from bdsgd.plotting import figure_note, save_figure, unit_label, use_agg
 
 use_agg()
 import matplotlib.pyplot as plt  # noqa: E402
@@ -84,7 +84,6 @@ from bdsgd.figures.ladder import (  # noqa: E402
 )
 from bdsgd.figures.verdicts import BDSGDS, CONFIDENCE, verdict, verdict_table, versus_answer  # noqa: E402
 from bdsgd.outputs.io import write_table, write_with  # noqa: E402
-from bdsgd.plotting import figure_note, save_figure, unit_label  # noqa: E402
 
 # the training modes that are no cutoff policy: no cutoff to draw, and their metrics rows are
 # rounds of about n applied gradients rather than iterations

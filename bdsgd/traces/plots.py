@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bdsgd.plotting import use_agg
+from bdsgd.plotting import DPI, figure_note, save_figure, unit_label, use_agg
 
 use_agg()
 import matplotlib.pyplot as plt  # noqa: E402
@@ -26,7 +26,6 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from bdsgd.plotting import DPI, figure_note, save_figure, unit_label  # noqa: E402
 from bdsgd.traces import TRACE_FIGURES  # noqa: E402
 from bdsgd.traces.describe import iteration_cov  # noqa: E402
 from bdsgd.traces.schema import Trace  # noqa: E402
