@@ -247,6 +247,9 @@ class PerWorkerLevel(Predictor):
         # and float32 moves half the bytes; 1e-7 of a log run-time is far below what the rule
         # can tell apart
         self.residuals = np.zeros((window, n_workers), dtype=np.float32)
+        # exp(r_s), each taken once as its vector enters: a forecast is then exp(mu_t) exp(r_s),
+        # W x n products where exp(mu_t + r_s) would be W x n exponentials a decision
+        self.factors = np.ones((window, n_workers), dtype=np.float32)
         self.count = 0  # error vectors seen
         self.ready = min(window, MIN_RESIDUALS)
         self.forgetting = 1 - 1 / window
@@ -297,8 +300,9 @@ class PerWorkerLevel(Predictor):
         centre = self.mu  # the forecast this observation answers
         if self.pull and obs.cutoff == len(y):
             self._fit_slope(y)
-        self.residuals[self.count % len(self.residuals)] = np.where(
-            obs.observed, y - centre, np.maximum(y - centre, 0.0))
+        row = self.count % len(self.residuals)
+        self.residuals[row] = np.where(obs.observed, y - centre, np.maximum(y - centre, 0.0))
+        np.exp(self.residuals[row], out=self.factors[row])
         self.count += 1
         self.seen = obs.observed
         self.level = np.where(obs.observed, self.level + self.alpha * (y - self.level),
@@ -315,19 +319,11 @@ class PerWorkerLevel(Predictor):
             pulled, change = pulled - pulled.mean(), change - change.mean()
             self.moments = self.forgetting * self.moments + [pulled @ change, pulled @ pulled]
 
-    def log_draws(self) -> np.ndarray | None:
-        """The bootstrap's W equally likely joint vectors of log run-times, mu_t + r_s (float32,
-        a fresh array)."""
-        if self.count < self.ready:
-            return None
-        return self.mu.astype(np.float32) + self.residuals[: min(self.count, len(self.residuals))]
-
     def expected_order_stats(self) -> np.ndarray | None:
-        if self.expected is not None:
-            return self.expected
-        draws = self.log_draws()
-        if draws is not None:
-            np.exp(draws, out=draws)  # a fresh array: exp and sort in place
+        if self.expected is None and self.count >= self.ready:
+            # the bootstrap's W equally likely joint vectors exp(mu_t + r_s), sorted in place
+            draws = np.exp(self.mu).astype(np.float32) * self.factors[: min(self.count,
+                                                                           len(self.factors))]
             draws.sort(axis=1)
             self.expected = draws.mean(axis=0, dtype=np.float64)
         return self.expected
